@@ -1,0 +1,90 @@
+"""The config schema: every key with its default and what it means.
+
+Recipes in this folder start from `get_config()` here and override a few keys.
+A key that is not declared here is an error (exit 2), so this file is the one
+place to learn what can be set. Empty strings and 0 mean "unset" where the
+comment says so; the schema has no None so that every key has a type.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+
+  # --- Model -----------------------------------------------------------------
+  config.model = ml_collections.ConfigDict()
+  config.model.name = 'resnet18'  # registry name, see models/registry.py
+  config.model.num_classes = 0  # 0: take the number of classes from the data
+  config.model.dtype = 'float32'  # compute dtype: float32 or bfloat16
+  config.model.width = 0  # base width (ResNet stem channels); 0: published width
+  config.model.remat = 'none'  # rematerialisation: none, full
+
+  # --- Data ------------------------------------------------------------------
+  config.data = ml_collections.ConfigDict()
+  config.data.source = 'shapes'  # shapes, folder, synthetic (tfds: later)
+  config.data.name = ''  # tfds data set name (tfds source only)
+  config.data.dir = ''  # data root; shapes: cache dir ('' = ~/.cache/imagetrain/shapes-v1)
+  config.data.manual_dir = ''  # tfds manual dir with downloaded archives
+  config.data.train_split = 'train'  # folder: sub-folder with training images
+  config.data.eval_split = 'val'  # folder: sub-folder with evaluation images
+  config.data.image_size = 32  # training and evaluation resolution in pixels
+  config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip
+  config.data.num_synthetic_examples = 4096  # synthetic: examples per split
+  config.data.prefetch_batches = 2  # host batches prepared ahead of the step
+
+  # --- Optimisation ----------------------------------------------------------
+  config.batch_size = 128  # global batch: all devices of all processes
+  config.num_train_steps = 0  # length of training in steps; wins when > 0
+  config.num_epochs = 10.0  # length of training in epochs when steps is 0
+  config.optimizer = 'sgd'  # sgd (with momentum), adamw
+  config.learning_rate = 0.1  # peak rate for a global batch of 256
+  config.lr_scaling = 'linear'  # linear: rate * batch_size / 256; none: as given
+  config.lr_schedule = 'cosine'  # after warm-up: cosine, constant
+  config.warmup_steps = 0  # linear warm-up in steps; wins when > 0
+  config.warmup_epochs = 0.0  # linear warm-up in epochs when steps is 0
+  config.momentum = 0.9  # sgd momentum; adamw beta1
+  config.nesterov = False  # sgd: Nesterov momentum
+  config.weight_decay = 1e-4  # decoupled for adamw, L2 for sgd; not on biases or norms
+  config.label_smoothing = 0.0  # label smoothing for the cross-entropy
+  config.grad_clip_norm = 0.0  # clip the global gradient norm; 0: no clipping
+  config.seed = 0  # the one seed that parameters, data order and augmentation derive from
+
+  # --- Parallelism -----------------------------------------------------------
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.data = -1  # data-parallel axis size; -1 fills the remaining devices
+  config.mesh.fsdp = 1  # fully sharded data-parallel axis (ZeRO-3) size
+  config.mesh.tensor = 1  # tensor-parallel axis size
+  # Logical parameter axis -> mesh axis ('' = replicated). Data, not code: a
+  # change of parallelism is a change here, never in the model.
+  config.sharding_rules = (
+      ('batch', 'data,fsdp'),
+      ('conv_in', ''),
+      ('conv_out', ''),
+      ('embed', ''),
+      ('mlp', ''),
+      ('heads', ''),
+      ('classes', ''),
+  )
+  config.engine = 'spmd'  # spmd (the parameter-server engine comes later)
+
+  # --- Cadences and outputs --------------------------------------------------
+  config.log_every_steps = 50  # progress line and train metrics
+  config.eval_every_steps = 0  # 0: evaluate once per epoch and at the end
+  config.checkpoint = ml_collections.ConfigDict()
+  config.checkpoint.every_steps = 500  # save every N steps (and always at the end)
+  config.checkpoint.every_minutes = 0.0  # also save when this much time passed; 0: off
+  config.checkpoint.keep = 3  # keep the last K checkpoints
+  config.checkpoint.keep_best = False  # also keep the checkpoint with the best eval accuracy
+  config.checkpoint.async_save = True  # write checkpoints in the background
+
+  # --- Evaluation ------------------------------------------------------------
+  config.eval = ml_collections.ConfigDict()
+  config.eval.checkpoint_step = -1  # --mode=eval: step to restore; -1: latest
+  config.eval.batch_size = 0  # global eval batch; 0: same as batch_size
+
+  # --- Runtime ---------------------------------------------------------------
+  config.runtime = ml_collections.ConfigDict()
+  config.runtime.num_cpu_devices = 0  # CPU only: devices to emulate; 0: one per core
+
+  return config
