@@ -31,6 +31,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.image_size = 32  # training and evaluation resolution in pixels
   config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
+  config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)
   config.data.prefetch_batches = 2  # host batches prepared ahead of the step
 
   # --- Optimisation ----------------------------------------------------------

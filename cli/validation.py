@@ -1,0 +1,129 @@
+"""Checks a config for values that cannot work, before anything heavy runs.
+
+`check_config` needs no devices; `check_against_devices` runs once the runtime
+knows how many devices and processes there are. Both raise UsageError with one
+line that names the key and what is accepted.
+"""
+
+import math
+
+import ml_collections
+
+from cli.errors import UsageError
+
+MESH_AXES = ('data', 'fsdp', 'tensor')
+DTYPES = ('float32', 'bfloat16')
+OPTIMIZERS = ('sgd', 'adamw')
+LR_SCALINGS = ('linear', 'none')
+LR_SCHEDULES = ('cosine', 'constant')
+AUGMENTS = ('none', 'flip', 'crop_flip')
+REMATS = ('none', 'full')
+ENGINES = ('spmd',)
+SOURCES = ('shapes', 'folder', 'synthetic')
+
+
+def _one_of(key: str, value, accepted) -> None:
+  if value not in accepted:
+    raise UsageError(f'{key}={value!r} is not accepted; use one of: '
+                     f'{", ".join(map(str, accepted))}')
+
+
+def _at_least(key: str, value, minimum) -> None:
+  if value < minimum:
+    raise UsageError(f'{key}={value!r} must be >= {minimum}')
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Value checks that need neither devices nor data."""
+  from models import registry  # pylint: disable=g-import-not-at-top
+  _one_of('model.name', config.model.name, registry.MODEL_NAMES)
+  _one_of('model.dtype', config.model.dtype, DTYPES)
+  _one_of('model.remat', config.model.remat, REMATS)
+  _at_least('model.num_classes', config.model.num_classes, 0)
+  _at_least('model.width', config.model.width, 0)
+
+  _one_of('data.source', config.data.source, SOURCES)
+  _one_of('data.augment', config.data.augment, AUGMENTS)
+  _at_least('data.image_size', config.data.image_size, 8)
+  _at_least('data.prefetch_batches', config.data.prefetch_batches, 0)
+  _at_least('data.num_synthetic_examples', config.data.num_synthetic_examples, 1)
+
+  _at_least('batch_size', config.batch_size, 1)
+  _at_least('num_train_steps', config.num_train_steps, 0)
+  if config.num_train_steps == 0 and not config.num_epochs > 0:
+    raise UsageError(f'num_epochs={config.num_epochs!r} must be > 0 '
+                     'when num_train_steps is 0')
+  _one_of('optimizer', config.optimizer, OPTIMIZERS)
+  for key in ('learning_rate', 'weight_decay', 'warmup_epochs', 'momentum',
+              'grad_clip_norm'):
+    value = config[key]
+    if not math.isfinite(value) or value < 0:
+      raise UsageError(f'{key}={value!r} must be a finite number >= 0')
+  _at_least('warmup_steps', config.warmup_steps, 0)
+  _one_of('lr_scaling', config.lr_scaling, LR_SCALINGS)
+  _one_of('lr_schedule', config.lr_schedule, LR_SCHEDULES)
+  if not 0.0 <= config.label_smoothing < 1.0:
+    raise UsageError(f'label_smoothing={config.label_smoothing!r} must be in [0, 1)')
+  if not 0.0 <= config.momentum < 1.0:
+    raise UsageError(f'momentum={config.momentum!r} must be in [0, 1)')
+
+  sizes = [config.mesh[axis] for axis in MESH_AXES]
+  for axis, size in zip(MESH_AXES, sizes):
+    if size == 0 or size < -1:
+      raise UsageError(f'mesh.{axis}={size} must be a positive size or -1 '
+                       '(fill the remaining devices)')
+  if sizes.count(-1) > 1:
+    raise UsageError('mesh: at most one axis may be -1, got '
+                     + ', '.join(f'{a}={s}' for a, s in zip(MESH_AXES, sizes)))
+  for rule in config.sharding_rules:
+    if len(rule) != 2 or not all(isinstance(part, str) for part in rule):
+      raise UsageError(f'sharding_rules: {rule!r} must be a pair '
+                       "('logical_axis', 'mesh_axis[,mesh_axis]' or '')")
+    for axis in filter(None, rule[1].split(',')):
+      _one_of(f'sharding_rules[{rule[0]}]', axis, MESH_AXES)
+  _one_of('engine', config.engine, ENGINES)
+
+  _at_least('log_every_steps', config.log_every_steps, 1)
+  _at_least('eval_every_steps', config.eval_every_steps, 0)
+  _at_least('checkpoint.every_steps', config.checkpoint.every_steps, 1)
+  _at_least('checkpoint.every_minutes', config.checkpoint.every_minutes, 0.0)
+  _at_least('checkpoint.keep', config.checkpoint.keep, 1)
+  _at_least('eval.checkpoint_step', config.eval.checkpoint_step, -1)
+  _at_least('eval.batch_size', config.eval.batch_size, 0)
+  _at_least('runtime.num_cpu_devices', config.runtime.num_cpu_devices, 0)
+
+
+def resolve_mesh_shape(mesh_config, num_devices: int) -> tuple[int, ...]:
+  """(data, fsdp, tensor) sizes with -1 filled; UsageError if they don't fit."""
+  sizes = [mesh_config[axis] for axis in MESH_AXES]
+  fixed = math.prod(s for s in sizes if s != -1)
+  described = ', '.join(f'{a}={s}' for a, s in zip(MESH_AXES, sizes))
+  if -1 in sizes:
+    if num_devices % fixed:
+      raise UsageError(f'mesh ({described}): {num_devices} devices do not '
+                       f'divide by {fixed}; choose sizes whose product divides '
+                       f'{num_devices}')
+    sizes[sizes.index(-1)] = num_devices // fixed
+  elif fixed != num_devices:
+    raise UsageError(f'mesh ({described}) needs {fixed} devices but '
+                     f'{num_devices} are present; make the product '
+                     f'{num_devices} or set one axis to -1')
+  return tuple(sizes)
+
+
+def check_against_devices(config: ml_collections.ConfigDict, *,
+                          num_devices: int, num_processes: int) -> None:
+  """Checks that need the device and process counts."""
+  data, fsdp, _ = resolve_mesh_shape(config.mesh, num_devices)
+  batch_ways = data * fsdp
+  for key in ('batch_size', 'eval.batch_size'):
+    value = config.batch_size if key == 'batch_size' else (
+        config.eval.batch_size or config.batch_size)
+    if value % batch_ways:
+      raise UsageError(
+          f'{key}={value} does not divide over the {batch_ways} batch-sharded '
+          f'devices (mesh data={data} x fsdp={fsdp}); use a multiple of '
+          f'{batch_ways}')
+    if value % num_processes:
+      raise UsageError(f'{key}={value} does not divide over {num_processes} '
+                       'processes')

@@ -1,0 +1,54 @@
+"""The interface every data source hands to the trainer."""
+
+import abc
+from collections.abc import Iterator
+
+import numpy as np
+
+from input_pipeline import order
+
+Batch = dict[str, np.ndarray]
+
+
+class Dataset(abc.ABC):
+  """Host batches of one process, for training and for evaluation.
+
+  Batches are numpy dicts: 'image' uint8 [B/P, S, S, 3], 'label' int32 [B/P],
+  and for evaluation 'mask' bool [B/P] (False on padding). B is the global
+  batch size and P the number of processes; the trainer assembles the shares
+  of all processes into global arrays and normalises on the device.
+
+  Attributes:
+    class_names: class names in label order.
+    num_classes: len(class_names).
+    num_train_examples: examples in the training split (all processes).
+    num_eval_examples: examples in the evaluation split (all processes).
+    num_eval_batches: batches `eval_batches` yields, the same on every process.
+  """
+
+  def __init__(self, *, class_names: list[str], num_train_examples: int,
+               num_eval_examples: int, batch_size: int, eval_batch_size: int,
+               seed: int, process_index: int, process_count: int):
+    order.check_process_index(process_index, process_count)
+    self.class_names = list(class_names)
+    self.num_classes = len(self.class_names)
+    self.num_train_examples = num_train_examples
+    self.num_eval_examples = num_eval_examples
+    self.batch_size = batch_size
+    self.eval_batch_size = eval_batch_size
+    self.local_batch_size = order.local_batch_size(batch_size, process_count)
+    self.local_eval_batch_size = order.local_batch_size(
+        eval_batch_size, process_count)
+    self.num_eval_batches = order.num_eval_batches(
+        num_eval_examples, eval_batch_size)
+    self.seed = seed
+    self.process_index = process_index
+    self.process_count = process_count
+
+  @abc.abstractmethod
+  def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
+    """Infinite training batches from `start_step`; a pure function of (seed, step)."""
+
+  @abc.abstractmethod
+  def eval_batches(self) -> Iterator[Batch]:
+    """`num_eval_batches` batches that together cover every example once."""

@@ -1,0 +1,79 @@
+"""Trains or evaluates an image model; see README.md for the commands.
+
+This file only parses flags, starts the runtime and dispatches: all logic
+lives in cli/ (config and validation) and trainer/ (the work).
+"""
+
+import os
+import sys
+
+# Quiet TensorFlow's C++ start-up chatter before anything imports it.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+
+from cli import config_loader
+from cli import flags_parser
+from cli import logs
+from cli import runtime
+from cli import validation
+from cli.errors import EXIT_PREEMPTED, EXIT_USAGE, UsageError
+from input_pipeline import check_data_config, DataError
+
+FLAGS = flags_parser.FLAGS
+DEFAULT_RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              'configs', 'quickstart.py')
+
+
+def _fail_usage(error: Exception) -> None:
+  print(f'error: {error}', file=sys.stderr)
+  sys.exit(EXIT_USAGE)
+
+
+def parse_flags(argv):
+  try:
+    return flags_parser.parse(argv)
+  except UsageError as e:
+    _fail_usage(e)
+
+
+def run(argv) -> int:
+  """Everything after flag parsing; returns the exit code."""
+  del argv
+  parsed = flags_parser.PARSED
+  config = config_loader.build_config(parsed.recipe_path, parsed.overrides,
+                                      FLAGS.workdir, DEFAULT_RECIPE)
+  validation.check_config(config)
+  check_data_config(config.data)
+  if FLAGS.mode == 'eval' and config_loader.load_saved(FLAGS.workdir) is None:
+    raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '
+                     f'(no {config_loader.CONFIG_FILE_NAME}); train first')
+
+  runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
+                     coordinator_address=FLAGS.coordinator_address,
+                     num_processes=FLAGS.num_processes,
+                     process_id=FLAGS.process_id)
+  import jax  # pylint: disable=g-import-not-at-top
+  validation.check_against_devices(config, num_devices=jax.device_count(),
+                                   num_processes=jax.process_count())
+
+  from trainer import evaluate, train  # pylint: disable=g-import-not-at-top
+  if FLAGS.mode == 'train':
+    outcome = train.train_and_evaluate(config, FLAGS.workdir)
+    return EXIT_PREEMPTED if outcome.preempted else 0
+  summary = evaluate.evaluate_checkpoint(config, FLAGS.workdir)
+  print(evaluate.summary_json(summary), flush=True)
+  return 0
+
+
+def main(argv):
+  logs.configure()
+  try:
+    code = run(argv)
+  except (UsageError, DataError) as e:
+    _fail_usage(e)
+  sys.exit(code)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,82 @@
+"""Config name -> model. The one place the trainer gets a model from."""
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from models import resnet
+from models import vit
+
+_DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+def _resnet(depth: int) -> Callable[..., nn.Module]:
+  def make(*, width: int, image_size: int, **kwargs) -> nn.Module:
+    del image_size  # Global pooling: any resolution works.
+    if width:
+      kwargs['width'] = width
+    return resnet.resnet(depth, **kwargs)
+  return make
+
+
+def _vit(variant: str, patch_size: int) -> Callable[..., nn.Module]:
+  def make(*, width: int, image_size: int, **kwargs) -> nn.Module:
+    if width:
+      # One knob for a smaller or larger ViT: the residual width, with the
+      # paper's MLP ratio of 4 and 64-wide heads (one head below 128).
+      # Explicit hidden_size/mlp_dim/num_heads/depth overrides still win.
+      kwargs = {'hidden_size': width, 'mlp_dim': 4 * width,
+                'num_heads': max(1, width // 64), **kwargs}
+    return vit.vit(variant, patch_size, image_size=image_size, **kwargs)
+  return make
+
+
+_REGISTRY: dict[str, Callable[..., nn.Module]] = {
+    **{f'resnet{d}': _resnet(d) for d in sorted(resnet.STAGE_SIZES)},
+    **{f'vit_{v}{p}': _vit(v, p) for v in vit.VARIANTS for p in (16, 32)},
+}
+
+MODEL_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
+                 width: int = 0, remat: str = 'none', image_size: int = 224,
+                 **overrides: Any) -> nn.Module:
+  """Builds the named model.
+
+  Args:
+    name: one of MODEL_NAMES.
+    num_classes: outputs of the classifier.
+    dtype: compute dtype, 'float32' or 'bfloat16'; parameters stay float32.
+    width: 0 for the published size. ResNet: channels of the stem and first
+      stage (published 64). ViT: hidden size, with mlp_dim = 4 * width and
+      num_heads = max(1, width // 64).
+    remat: 'none', or 'full' to recompute each residual block in the backward
+      pass (less activation memory, about a third more compute).
+    image_size: input resolution; ViT sizes its position embedding by it.
+    **overrides: module fields to set directly, e.g. ViT's hidden_size,
+      mlp_dim, num_heads, depth, or ResNet's stage_sizes.
+
+  Raises:
+    ValueError: for an unknown name, dtype or remat mode.
+  """
+  if name not in _REGISTRY:
+    raise ValueError(
+        f'unknown model {name!r}; accepted: {", ".join(MODEL_NAMES)}')
+  if dtype not in _DTYPES:
+    raise ValueError(
+        f'unknown dtype {dtype!r}; accepted: {", ".join(_DTYPES)}')
+  if remat not in ('none', 'full'):
+    raise ValueError(f"unknown remat {remat!r}; accepted: none, full")
+  return _REGISTRY[name](
+      num_classes=num_classes, dtype=_DTYPES[dtype], remat=remat,
+      width=width, image_size=image_size, **overrides)
+
+
+def has_batch_norm(name: str) -> bool:
+  """Whether the model keeps a 'batch_stats' collection (ResNets do)."""
+  if name not in _REGISTRY:
+    raise ValueError(
+        f'unknown model {name!r}; accepted: {", ".join(MODEL_NAMES)}')
+  return name.startswith('resnet')

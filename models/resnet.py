@@ -1,0 +1,163 @@
+"""ResNet v1.5 (He et al. 2016, with the stride on the 3x3 conv of the bottleneck).
+
+The layout follows torchvision's `resnet*` (which is v1.5), so the parameter
+counts match the published ones (resnet50: 25,557,032 at 1000 classes).
+Every parameter carries logical axis names only; the trainer's rules map them
+to mesh axes:
+
+  conv kernel (kh, kw, in, out)  -> (None, None, 'conv_in', 'conv_out')
+  BatchNorm scale / bias         -> ('conv_out',)
+  classifier kernel / bias       -> ('conv_out', 'classes') / ('classes',)
+"""
+
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+# He et al. (2015) init for ReLU networks, fan_out as in torchvision.
+_CONV_INIT = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
+# Activations are pinned to batch sharding only. The channel axis is left to
+# XLA: naming it 'conv_out' would collide with a rule that shards parameters'
+# 'conv_out' over the same mesh axis as 'batch' (FSDP).
+_ACTIVATION_AXES = ('batch', None, None, None)
+
+
+def _conv(features: int, kernel: int, strides: int, dtype: Any,
+          name: str | None = None) -> nn.Conv:
+  """A bias-free conv with symmetric (torchvision) padding."""
+  pad = kernel // 2
+  return nn.Conv(
+      features, (kernel, kernel), strides=(strides, strides),
+      padding=((pad, pad), (pad, pad)), use_bias=False, dtype=dtype,
+      param_dtype=jnp.float32,
+      kernel_init=nn.with_logical_partitioning(
+          _CONV_INIT, (None, None, 'conv_in', 'conv_out')),
+      name=name)
+
+
+def _batch_norm(train: bool, dtype: Any, zero_init: bool = False,
+                name: str | None = None) -> nn.BatchNorm:
+  """BatchNorm with running statistics in the 'batch_stats' collection."""
+  scale_init = nn.initializers.zeros if zero_init else nn.initializers.ones
+  return nn.BatchNorm(
+      use_running_average=not train, momentum=0.9, epsilon=1e-5, dtype=dtype,
+      param_dtype=jnp.float32,
+      scale_init=nn.with_logical_partitioning(scale_init, ('conv_out',)),
+      bias_init=nn.with_logical_partitioning(
+          nn.initializers.zeros, ('conv_out',)),
+      name=name)
+
+
+def _shortcut(x, y, strides: int, train: bool, dtype: Any):
+  """Identity, or a strided 1x1 projection when the shape changes."""
+  if x.shape == y.shape:
+    return x
+  x = _conv(y.shape[-1], 1, strides, dtype, name='proj_conv')(x)
+  return _batch_norm(train, dtype, name='proj_bn')(x)
+
+
+class BasicBlock(nn.Module):
+  """Two 3x3 convs (resnet18/34)."""
+  filters: int
+  strides: int = 1
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    y = _conv(self.filters, 3, self.strides, self.dtype)(x)
+    y = nn.relu(_batch_norm(train, self.dtype)(y))
+    y = _conv(self.filters, 3, 1, self.dtype)(y)
+    # Zero-init of the last scale makes each block start as the identity,
+    # which lets large batches train stably (Goyal et al. 2017).
+    y = _batch_norm(train, self.dtype, zero_init=True)(y)
+    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype) + y)
+
+
+class Bottleneck(nn.Module):
+  """1x1 reduce, 3x3 (strided: v1.5), 1x1 expand by 4 (resnet50 and up)."""
+  filters: int
+  strides: int = 1
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    y = _conv(self.filters, 1, 1, self.dtype)(x)
+    y = nn.relu(_batch_norm(train, self.dtype)(y))
+    y = _conv(self.filters, 3, self.strides, self.dtype)(y)
+    y = nn.relu(_batch_norm(train, self.dtype)(y))
+    y = _conv(self.filters * 4, 1, 1, self.dtype)(y)
+    y = _batch_norm(train, self.dtype, zero_init=True)(y)
+    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype) + y)
+
+
+class ResNet(nn.Module):
+  """ResNet v1.5 with an ImageNet stem; returns float32 logits.
+
+  Attributes:
+    stage_sizes: blocks per stage, e.g. (3, 4, 6, 3) for resnet50.
+    block_cls: BasicBlock or Bottleneck.
+    num_classes: classifier outputs.
+    width: channels of the stem and first stage (64 = published); stage i
+      has width * 2**i (times 4 at the output of a bottleneck).
+    dtype: compute dtype; parameters are always float32.
+    remat: 'none', or 'full' to recompute each block in the backward pass.
+  """
+  stage_sizes: Sequence[int]
+  block_cls: Callable[..., nn.Module]
+  num_classes: int
+  width: int = 64
+  dtype: Any = jnp.float32
+  remat: str = 'none'
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    if self.remat not in ('none', 'full'):
+      raise ValueError(f"remat must be 'none' or 'full', got {self.remat!r}")
+    block_cls = self.block_cls
+    if self.remat == 'full':
+      # `train` is a Python bool that selects code paths, so it must be
+      # static; argnum 2 counts `self` as 0.
+      block_cls = nn.remat(block_cls, static_argnums=(2,))
+
+    x = jnp.asarray(x, self.dtype)
+    x = _conv(self.width, 7, 2, self.dtype, name='stem_conv')(x)
+    x = nn.relu(_batch_norm(train, self.dtype, name='stem_bn')(x))
+    x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
+
+    for stage, num_blocks in enumerate(self.stage_sizes):
+      for block in range(num_blocks):
+        strides = 2 if stage > 0 and block == 0 else 1
+        x = block_cls(
+            filters=self.width * 2**stage, strides=strides, dtype=self.dtype,
+            name=f'stage{stage + 1}_block{block + 1}')(x, train)
+      x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
+
+    # Pool and classify in float32: the reduction and the logits are cheap
+    # and lose accuracy in bfloat16.
+    x = jnp.mean(x.astype(jnp.float32), axis=(1, 2))
+    return nn.Dense(
+        self.num_classes, dtype=jnp.float32, param_dtype=jnp.float32,
+        kernel_init=nn.with_logical_partitioning(
+            nn.initializers.lecun_normal(), ('conv_out', 'classes')),
+        bias_init=nn.with_logical_partitioning(
+            nn.initializers.zeros, ('classes',)),
+        name='head')(x)
+
+
+STAGE_SIZES = {
+    18: (2, 2, 2, 2),
+    34: (3, 4, 6, 3),
+    50: (3, 4, 6, 3),
+    101: (3, 4, 23, 3),
+    152: (3, 8, 36, 3),
+    200: (3, 24, 36, 3),
+}
+
+
+def resnet(depth: int, **kwargs) -> ResNet:
+  """The published ResNet of this depth; kwargs go to `ResNet`."""
+  block_cls = BasicBlock if depth < 50 else Bottleneck
+  return ResNet(stage_sizes=STAGE_SIZES[depth], block_cls=block_cls, **kwargs)
+

@@ -1,0 +1,196 @@
+"""Vision Transformer (Dosovitskiy et al. 2021) with a class token.
+
+Pre-LN encoder blocks, learned position embedding, a linear head on the class
+token; no dropout. vit_b16 at 224 px and 1000 classes has 86,567,656
+parameters, the published count. Initialisers follow big_vision. Every
+parameter carries logical axis names only:
+
+  patch embedding kernel / bias  -> (None, None, None, 'embed') / ('embed',)
+  class token, position embedding -> (None, None, 'embed')
+  q, k, v kernel / bias          -> ('embed', 'heads', 'kv') / ('heads', 'kv')
+  attention output kernel / bias -> ('heads', 'kv', 'embed') / ('embed',)
+  MLP in kernel / bias           -> ('embed', 'mlp') / ('mlp',)
+  MLP out kernel / bias          -> ('mlp', 'embed') / ('embed',)
+  LayerNorm scale / bias         -> ('embed',)
+  head kernel / bias             -> ('embed', 'classes') / ('classes',)
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+_lp = nn.with_logical_partitioning
+# The residual stream is pinned to batch sharding only. Its feature axis is
+# deliberately not 'embed': a rule that shards parameters' 'embed' over the
+# mesh axis that also carries 'batch' (FSDP) would name one mesh axis twice.
+# Replicated features between blocks are also what tensor parallelism wants.
+_RESIDUAL_AXES = ('batch', None, None)
+
+
+def _layer_norm(dtype: Any, name: str | None = None) -> nn.LayerNorm:
+  return nn.LayerNorm(
+      epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32,
+      scale_init=_lp(nn.initializers.ones, ('embed',)),
+      bias_init=_lp(nn.initializers.zeros, ('embed',)), name=name)
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention; softmax runs in float32 whatever the dtype."""
+  num_heads: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    hidden = x.shape[-1]
+    head_dim = hidden // self.num_heads
+
+    def project(name):
+      return nn.DenseGeneral(
+          (self.num_heads, head_dim), dtype=self.dtype,
+          param_dtype=jnp.float32,
+          kernel_init=_lp(nn.initializers.xavier_uniform(),
+                          ('embed', 'heads', 'kv')),
+          bias_init=_lp(nn.initializers.zeros, ('heads', 'kv')),
+          name=name)(x)
+
+    q, k, v = project('query'), project('key'), project('value')
+    y = jax.nn.dot_product_attention(q, k, v)  # [B, T, heads, kv]
+    return nn.DenseGeneral(
+        hidden, axis=(-2, -1), dtype=self.dtype, param_dtype=jnp.float32,
+        kernel_init=_lp(nn.initializers.xavier_uniform(),
+                        ('heads', 'kv', 'embed')),
+        bias_init=_lp(nn.initializers.zeros, ('embed',)), name='out')(y)
+
+
+class MlpBlock(nn.Module):
+  """Dense -> GELU -> Dense."""
+  mlp_dim: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    hidden = x.shape[-1]
+    # Tiny non-zero biases, as in big_vision, so no unit starts exactly dead.
+    bias_init = nn.initializers.normal(stddev=1e-6)
+    x = nn.Dense(
+        self.mlp_dim, dtype=self.dtype, param_dtype=jnp.float32,
+        kernel_init=_lp(nn.initializers.xavier_uniform(), ('embed', 'mlp')),
+        bias_init=_lp(bias_init, ('mlp',)), name='fc1')(x)
+    x = nn.gelu(x)
+    return nn.Dense(
+        hidden, dtype=self.dtype, param_dtype=jnp.float32,
+        kernel_init=_lp(nn.initializers.xavier_uniform(), ('mlp', 'embed')),
+        bias_init=_lp(bias_init, ('embed',)), name='fc2')(x)
+
+
+class EncoderBlock(nn.Module):
+  """Pre-LN transformer block: x + MHA(LN(x)), then x + MLP(LN(x))."""
+  num_heads: int
+  mlp_dim: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    y = SelfAttention(self.num_heads, self.dtype, name='attention')(
+        _layer_norm(self.dtype, name='ln1')(x))
+    x = x + y
+    y = MlpBlock(self.mlp_dim, self.dtype, name='mlp')(
+        _layer_norm(self.dtype, name='ln2')(x))
+    return nn.with_logical_constraint(x + y, _RESIDUAL_AXES)
+
+
+class ViT(nn.Module):
+  """Vision Transformer with a class token; returns float32 logits.
+
+  Attributes:
+    num_classes: head outputs.
+    patch_size: side of the square patches, in pixels.
+    hidden_size: width of the residual stream ('embed').
+    mlp_dim: hidden width of the MLP blocks ('mlp').
+    num_heads: attention heads; must divide hidden_size.
+    depth: number of encoder blocks.
+    image_size: input side in pixels; fixes the position embedding's length.
+    dtype: compute dtype; parameters are always float32.
+    remat: 'none', or 'full' to recompute each block in the backward pass.
+  """
+  num_classes: int
+  patch_size: int = 16
+  hidden_size: int = 768
+  mlp_dim: int = 3072
+  num_heads: int = 12
+  depth: int = 12
+  image_size: int = 224
+  dtype: Any = jnp.float32
+  remat: str = 'none'
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    del train  # No dropout and no batch statistics: train and eval agree.
+    self._check(x.shape)
+    block_cls = nn.remat(EncoderBlock) if self.remat == 'full' else EncoderBlock
+
+    x = nn.Conv(
+        self.hidden_size, (self.patch_size, self.patch_size),
+        strides=(self.patch_size, self.patch_size), padding='VALID',
+        dtype=self.dtype, param_dtype=jnp.float32,
+        kernel_init=_lp(nn.initializers.lecun_normal(),
+                        (None, None, None, 'embed')),
+        bias_init=_lp(nn.initializers.zeros, ('embed',)),
+        name='embedding')(jnp.asarray(x, self.dtype))
+    batch = x.shape[0]
+    x = jnp.reshape(x, (batch, -1, self.hidden_size))
+
+    cls = self.param('cls', _lp(nn.initializers.zeros, (None, None, 'embed')),
+                     (1, 1, self.hidden_size), jnp.float32)
+    x = jnp.concatenate(
+        [jnp.tile(cls.astype(self.dtype), (batch, 1, 1)), x], axis=1)
+    pos = self.param(
+        'pos_embedding',
+        _lp(nn.initializers.normal(stddev=self.hidden_size**-0.5),
+            (None, None, 'embed')),
+        (1, x.shape[1], self.hidden_size), jnp.float32)
+    x = nn.with_logical_constraint(x + pos.astype(self.dtype), _RESIDUAL_AXES)
+
+    for i in range(self.depth):
+      x = block_cls(self.num_heads, self.mlp_dim, self.dtype,
+                    name=f'encoderblock_{i}')(x)
+    x = _layer_norm(self.dtype, name='encoder_norm')(x)
+
+    # The head reads the class token in float32; zero-init (big_vision) makes
+    # the first logits uniform.
+    return nn.Dense(
+        self.num_classes, dtype=jnp.float32, param_dtype=jnp.float32,
+        kernel_init=_lp(nn.initializers.zeros, ('embed', 'classes')),
+        bias_init=_lp(nn.initializers.zeros, ('classes',)),
+        name='head')(x[:, 0].astype(jnp.float32))
+
+  def _check(self, shape):
+    """One-line errors for shapes that would otherwise fail deep inside."""
+    if self.remat not in ('none', 'full'):
+      raise ValueError(f"remat must be 'none' or 'full', got {self.remat!r}")
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f'num_heads={self.num_heads} does not divide '
+                       f'hidden_size={self.hidden_size}')
+    if self.image_size % self.patch_size:
+      raise ValueError(f'patch_size={self.patch_size} does not divide '
+                       f'image_size={self.image_size}')
+    if tuple(shape[1:3]) != (self.image_size, self.image_size):
+      raise ValueError(f'expected {self.image_size}x{self.image_size} images '
+                       f'(the model was built for that size), got {shape}')
+
+
+# Published sizes: hidden, mlp, heads, depth.
+VARIANTS = {
+    'ti': dict(hidden_size=192, mlp_dim=768, num_heads=3, depth=12),
+    's': dict(hidden_size=384, mlp_dim=1536, num_heads=6, depth=12),
+    'b': dict(hidden_size=768, mlp_dim=3072, num_heads=12, depth=12),
+    'l': dict(hidden_size=1024, mlp_dim=4096, num_heads=16, depth=24),
+    'h': dict(hidden_size=1280, mlp_dim=5120, num_heads=16, depth=32),
+}
+
+
+def vit(variant: str, patch_size: int, **kwargs) -> ViT:
+  """The published ViT variant ('ti', 's', 'b', 'l', 'h'); kwargs override."""
+  return ViT(patch_size=patch_size, **{**VARIANTS[variant], **kwargs})

@@ -1,0 +1,22 @@
+"""Shared by the tests: running main.py as a user would."""
+
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_main(*args: str, timeout: float = 600, env: dict | None = None,
+             background: bool = False):
+  """Runs `python main.py ARGS` from the repository root with 8 CPU devices."""
+  full_env = dict(os.environ)
+  full_env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
+  full_env['TF_CPP_MIN_LOG_LEVEL'] = '3'
+  full_env.update(env or {})
+  command = [sys.executable, os.path.join(REPO, 'main.py'), *args]
+  if background:
+    return subprocess.Popen(command, cwd=REPO, env=full_env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  return subprocess.run(command, cwd=REPO, env=full_env, text=True,
+                        capture_output=True, timeout=timeout)

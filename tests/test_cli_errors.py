@@ -1,0 +1,73 @@
+"""Every bad flag or config value: exit 2, one line naming the key, no traceback,
+and an existing work dir left exactly as it was."""
+
+import os
+
+import pytest
+
+from tests.helpers import run_main
+
+QUICK = '--config=configs/quickstart.py'
+
+# (arguments after --workdir, a fragment the one-line error must contain)
+BAD_INVOCATIONS = [
+    ([QUICK, '--config.no_such_key=1'], 'no_such_key'),
+    ([QUICK, '--config.model.nam=resnet18'], 'model.nam'),
+    ([QUICK, '--config.batch_size=abc'], 'batch_size'),
+    ([QUICK, '--config.batch_size=12.5'], 'batch_size'),
+    ([QUICK, '--config.model.name=resnet7'], 'model.name'),
+    ([QUICK, '--config.data.source=imagenette'], 'data.source'),
+    ([QUICK, '--config.learning_rate=-0.1'], 'learning_rate'),
+    ([QUICK, '--config.batch_size=0'], 'batch_size'),
+    ([QUICK, '--config.batch_size=12'], 'batch_size'),  # 8 data-parallel devices
+    ([QUICK, '--config.mesh.data=3'], 'mesh'),
+    ([QUICK, '--config.mesh.data=-1', '--config.mesh.fsdp=-1'], 'mesh'),
+    ([QUICK, '--config.mesh.tensor=0'], 'mesh.tensor'),
+    ([QUICK, '--config.model.dtype=float8'], 'model.dtype'),
+    ([QUICK, '--config.optimizer=lamb'], 'optimizer'),
+    ([QUICK, '--config.label_smoothing=1.5'], 'label_smoothing'),
+    ([QUICK, '--config.checkpoint.keep=0'], 'checkpoint.keep'),
+    ([QUICK, '--config.num_train_steps=-5'], 'num_train_steps'),
+    ([QUICK, '--config.nesterov=maybe'], 'nesterov'),
+    (['--config=configs/folder.py', '--config.data.dir=/nonexistent/images'],
+     '/nonexistent/images'),
+    (['--config=configs/no_such_recipe.py'], 'no_such_recipe.py'),
+    ([QUICK, '--mode=serve'], 'mode'),
+    ([QUICK, '--no_such_flag=1'], 'no_such_flag'),
+    ([QUICK, '--config.sharding_rules=((\'embed\', \'model\'),)'], 'sharding_rules'),
+]
+
+
+def _snapshot(directory):
+  return {name: os.path.getmtime(os.path.join(directory, name))
+          for name in os.listdir(directory)}
+
+
+@pytest.mark.parametrize('args,fragment', BAD_INVOCATIONS,
+                         ids=[a[-1] for a, _ in BAD_INVOCATIONS])
+def test_bad_invocation_exits_2_with_one_line_naming_the_key(tmp_path, args, fragment):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'keep.txt').write_text('user data')
+  before = _snapshot(workdir)
+
+  result = run_main(f'--workdir={workdir}', *args, timeout=120)
+
+  assert result.returncode == 2, result.stderr
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1, result.stderr
+  assert fragment in lines[0]
+  assert 'Traceback' not in result.stderr
+  assert _snapshot(workdir) == before
+
+
+def test_missing_workdir_flag_exits_2():
+  result = run_main(QUICK, timeout=120)
+  assert result.returncode == 2
+  assert '--workdir' in result.stderr.strip()
+
+
+def test_eval_of_an_empty_workdir_exits_2(tmp_path):
+  result = run_main(f'--workdir={tmp_path}', '--mode=eval', timeout=120)
+  assert result.returncode == 2
+  assert 'train first' in result.stderr

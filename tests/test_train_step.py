@@ -1,0 +1,125 @@
+"""The SPMD train step: the same update on 8 devices as on 1, and the state
+split and placed as the config's mesh says."""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from configs import default
+from models import registry
+from trainer import mesh as mesh_lib
+from trainer import optim
+from trainer import state as state_lib
+from trainer import steps
+
+IMAGE_SIZE = 16
+BATCH = 16
+NUM_CLASSES = 5
+
+
+def _config(**mesh):
+  config = default.get_config()
+  config.batch_size = BATCH
+  config.learning_rate = 0.4
+  for axis, size in mesh.items():
+    config.mesh[axis] = size
+  return config
+
+
+def _batch(seed=0):
+  rng = np.random.default_rng(seed)
+  return {
+      'image': rng.integers(0, 256, (BATCH, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8),
+      'label': rng.integers(0, NUM_CLASSES, (BATCH,), np.int32),
+  }
+
+
+def run_steps(config, devices, num_steps=2, width=4):
+  """Losses and final params of `num_steps` steps on a mesh over `devices`."""
+  mesh = mesh_lib.create_mesh(config.mesh, devices=devices)
+  rules = mesh_lib.logical_axis_rules(config)
+  model = registry.create_model('resnet18', num_classes=NUM_CLASSES, width=width)
+  lr_fn = optim.create_learning_rate_fn(config, steps_per_epoch=10, total_steps=10)
+  tx = optim.create_optimizer(config, lr_fn)
+  shardings = state_lib.state_shardings(model, tx, IMAGE_SIZE, mesh, rules)
+  state = state_lib.create_train_state(model, tx, IMAGE_SIZE, shardings, seed=0)
+  step_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
+                                      learning_rate_fn=lr_fn, label_smoothing=0.1),
+                    in_shardings=(shardings, mesh_lib.batch_sharding(mesh)),
+                    out_shardings=(shardings, None))
+  losses = []
+  for i in range(num_steps):
+    batch = jax.device_put(_batch(i), mesh_lib.batch_sharding(mesh))
+    state, metrics = step_fn(state, batch)
+    losses.append(float(metrics['loss']))
+  return losses, jax.device_get(state), state
+
+
+@pytest.fixture(scope='module')
+def one_device_run():
+  return run_steps(_config(data=1), jax.devices()[:1])
+
+
+def test_train_step_on_8_devices_equals_one_device(one_device_run):
+  losses_1, params_1, _ = one_device_run
+  losses_8, params_8, _ = run_steps(_config(data=8), jax.devices())
+  np.testing.assert_allclose(losses_8, losses_1, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(params_8), jax.tree.leaves(params_1)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_training_reduces_loss_on_a_repeated_batch():
+  config = _config(data=8)
+  mesh = mesh_lib.create_mesh(config.mesh)
+  model = registry.create_model('resnet18', num_classes=NUM_CLASSES, width=4)
+  tx = optim.create_optimizer(config, lambda step: 0.05)
+  shardings = state_lib.state_shardings(model, tx, IMAGE_SIZE, mesh, ())
+  state = state_lib.create_train_state(model, tx, IMAGE_SIZE, shardings, seed=0)
+  step_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
+                                      learning_rate_fn=lambda s: 0.05,
+                                      label_smoothing=0.0))
+  batch = jax.device_put(_batch(0), mesh_lib.batch_sharding(mesh))
+  losses = []
+  for _ in range(8):
+    state, metrics = step_fn(state, batch)
+    losses.append(float(metrics['loss']))
+  assert losses[-1] < 0.5 * losses[0]
+
+
+def test_state_is_created_with_its_target_sharding():
+  config = _config(data=1, fsdp=8)
+  config.sharding_rules = (('batch', 'data,fsdp'), ('conv_out', 'fsdp'))
+  _, _, state = run_steps(config, jax.devices(), num_steps=0, width=8)
+  kernels = [x for x in jax.tree.leaves(state.params) if x.ndim == 4]
+  momenta = [x for x in jax.tree.leaves(state.opt_state) if x.ndim == 4]
+  assert kernels and len(momenta) == len(kernels)
+  for x in kernels + momenta:
+    assert x.addressable_shards[0].data.shape[-1] * 8 == x.shape[-1]
+
+
+def test_a_dimension_the_mesh_does_not_divide_stays_replicated():
+  config = _config(data=1, fsdp=8)
+  config.sharding_rules = (('batch', 'data,fsdp'), ('conv_out', 'fsdp'))
+  _, _, state = run_steps(config, jax.devices(), num_steps=0, width=4)
+  four_wide = [x for x in jax.tree.leaves(state.params) if x.shape[-1] == 4]
+  assert four_wide
+  for x in four_wide:
+    assert x.addressable_shards[0].data.shape == x.shape
+
+
+def test_weight_decay_skips_biases_and_norm_scales():
+  params = {'conv': {'kernel': np.ones((3, 3, 2, 4))},
+            'bn': {'scale': np.ones(4), 'bias': np.ones(4)}}
+  mask = optim.decay_mask(params)
+  assert mask == {'conv': {'kernel': True}, 'bn': {'scale': False, 'bias': False}}
+
+
+def test_learning_rate_scales_linearly_with_batch_and_warms_up():
+  config = default.get_config()
+  config.learning_rate, config.batch_size, config.warmup_steps = 0.1, 1024, 10
+  lr_fn = optim.create_learning_rate_fn(config, steps_per_epoch=100, total_steps=100)
+  assert float(lr_fn(0)) == 0.0
+  assert float(lr_fn(10)) == pytest.approx(0.4)
+  assert float(lr_fn(100)) == pytest.approx(0.0, abs=1e-6)

@@ -1,0 +1,68 @@
+"""Evaluation: the compiled eval step, a full pass, and --mode=eval."""
+
+import functools
+import json
+
+from absl import logging
+import jax
+import numpy as np
+
+from cli.errors import UsageError
+from trainer import checkpointing
+from trainer import device_input
+from trainer import metrics_log
+from trainer import setup
+from trainer import steps
+
+
+def compile_eval_step(exp: setup.Experiment):
+  """The eval step compiled for the state's layout and one eval batch."""
+  fn = jax.jit(functools.partial(steps.eval_step, model=exp.model),
+               in_shardings=(exp.state_shardings, exp.batch_sharding))
+  return fn
+
+
+def run_evaluation(exp: setup.Experiment, eval_fn, state) -> dict:
+  """Top-1/top-5/loss over every eval example exactly once."""
+  totals = None
+  with exp.tracing_context():
+    for batch in exp.dataset.eval_batches():
+      sums = eval_fn(state, device_input.to_global(batch, exp.batch_sharding))
+      totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
+  totals = jax.device_get(totals)
+  count = int(totals['count'])
+  return {
+      'loss': float(totals['loss_sum']) / max(count, 1),
+      'accuracy': float(totals['correct']) / max(count, 1),
+      'top5': float(totals['correct_top5']) / max(count, 1),
+      'num_examples': count,
+  }
+
+
+def summary_json(summary: dict) -> str:
+  keys = ('step', 'accuracy', 'top5', 'loss', 'num_examples')
+  return json.dumps({k: summary[k] for k in keys})
+
+
+def evaluate_checkpoint(config, workdir: str) -> dict:
+  """--mode=eval: restore a checkpoint, evaluate, log, return the summary."""
+  exp = setup.build_experiment(config, workdir)
+  checkpointer = checkpointing.Checkpointer(workdir, keep=config.checkpoint.keep)
+  available = checkpointer.all_steps()
+  step = config.eval.checkpoint_step
+  if step == -1:
+    if not available:
+      raise UsageError(f'--workdir={workdir}: no checkpoint to evaluate; train first')
+    step = max(available)
+  elif step not in available:
+    raise UsageError(f'eval.checkpoint_step={step}: no such checkpoint; '
+                     f'available: {", ".join(map(str, sorted(available))) or "none"}')
+  state, _ = checkpointer.restore(step, exp.abstract_state)
+  checkpointer.close()
+  summary = {'step': step, **run_evaluation(exp, compile_eval_step(exp), state)}
+  log = metrics_log.MetricsLog(workdir, enabled=jax.process_index() == 0)
+  log.write({'split': 'eval', 'source': 'eval_mode', **summary})
+  log.close()
+  logging.info('Evaluated step %d: top-1 %.4f, top-5 %.4f over %d examples',
+               step, summary['accuracy'], summary['top5'], summary['num_examples'])
+  return summary

@@ -1,0 +1,93 @@
+"""What training and evaluation share: mesh, data, model, optimiser, state layout."""
+
+import contextlib
+import dataclasses
+import math
+import os
+from typing import Any, Callable
+
+from flax import linen as nn
+import jax
+import ml_collections
+import optax
+
+from cli.errors import UsageError
+from input_pipeline import create_dataset
+from models import registry
+from trainer import mesh as mesh_lib
+from trainer import optim
+from trainer import state as state_lib
+
+CLASS_MAP_FILE_NAME = 'classes.json'
+
+
+@dataclasses.dataclass
+class Experiment:
+  """The pieces a run is made of, built once from the config."""
+  config: ml_collections.ConfigDict
+  mesh: jax.sharding.Mesh
+  rules: tuple
+  dataset: Any
+  model: nn.Module
+  tx: optax.GradientTransformation
+  learning_rate_fn: Callable
+  steps_per_epoch: int
+  total_steps: int
+  state_shardings: Any
+  abstract_state: state_lib.TrainState
+
+  @property
+  def batch_sharding(self):
+    return mesh_lib.batch_sharding(self.mesh)
+
+  @contextlib.contextmanager
+  def tracing_context(self):
+    """Mesh and logical rules that the models' activation constraints need."""
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+      yield
+
+
+def training_length(config, num_train_examples: int) -> tuple[int, int]:
+  """(steps per epoch, total steps); num_train_steps wins when > 0."""
+  steps_per_epoch = max(num_train_examples // config.batch_size, 1)
+  if config.num_train_steps > 0:
+    return steps_per_epoch, config.num_train_steps
+  return steps_per_epoch, max(int(math.ceil(config.num_epochs * steps_per_epoch)), 1)
+
+
+def create_model(config, num_classes: int) -> nn.Module:
+  return registry.create_model(
+      config.model.name, num_classes=num_classes, dtype=config.model.dtype,
+      width=config.model.width, remat=config.model.remat,
+      image_size=config.data.image_size)
+
+
+def resolve_num_classes(config, dataset) -> int:
+  """The data decides the number of classes; a config that disagrees is an error."""
+  wanted = config.model.num_classes
+  if wanted and dataset.num_classes and wanted != dataset.num_classes:
+    raise UsageError(f'model.num_classes={wanted} but the data has '
+                     f'{dataset.num_classes} classes; set it to 0 (from the '
+                     f'data) or {dataset.num_classes}')
+  return dataset.num_classes or wanted
+
+
+def build_experiment(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
+  mesh = mesh_lib.create_mesh(config.mesh)
+  rules = mesh_lib.logical_axis_rules(config)
+  dataset = create_dataset(
+      config.data, batch_size=config.batch_size,
+      eval_batch_size=config.eval.batch_size or config.batch_size,
+      seed=config.seed, process_index=jax.process_index(),
+      process_count=jax.process_count(),
+      class_map_path=os.path.join(workdir, CLASS_MAP_FILE_NAME))
+  model = create_model(config, resolve_num_classes(config, dataset))
+  steps_per_epoch, total_steps = training_length(config, dataset.num_train_examples)
+  learning_rate_fn = optim.create_learning_rate_fn(config, steps_per_epoch, total_steps)
+  tx = optim.create_optimizer(config, learning_rate_fn)
+  shardings = state_lib.state_shardings(model, tx, config.data.image_size, mesh, rules)
+  abstract = state_lib.abstract_state(model, tx, config.data.image_size, shardings)
+  return Experiment(config=config, mesh=mesh, rules=rules, dataset=dataset,
+                    model=model, tx=tx, learning_rate_fn=learning_rate_fn,
+                    steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+                    state_shardings=shardings, abstract_state=abstract)

@@ -1,0 +1,90 @@
+"""The train state, created directly with its target sharding."""
+
+from typing import Any, Callable
+
+import flax
+from flax import linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a step reads and writes; also what a checkpoint holds."""
+  step: jax.Array  # int32 scalar: steps taken; also the data position
+  params: Any
+  batch_stats: Any  # BatchNorm running statistics ({} for models without)
+  opt_state: Any
+
+
+def _make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
+                  image_size: int) -> Callable[[jax.Array], TrainState]:
+  def init(rng: jax.Array) -> TrainState:
+    images = jnp.zeros((1, image_size, image_size, 3), jnp.float32)
+    variables = model.init(rng, images, train=False)
+    params = variables['params']
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      batch_stats=variables.get('batch_stats', {}),
+                      opt_state=tx.init(params))
+  return init
+
+
+def state_shardings(model, tx, image_size: int, mesh, rules):
+  """NamedShardings of every state leaf, from the parameters' logical axes.
+
+  Optimiser state inherits its parameter's axes because optax maps over the
+  boxed (logically partitioned) parameters; scalars such as the step and
+  optax counters have no axes and are replicated.
+  """
+  boxed = jax.eval_shape(_make_init_fn(model, tx, image_size), jax.random.key(0))
+  specs = nn.get_partition_spec(boxed)
+  shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
+  shapes = nn.meta.unbox(boxed)
+  return jax.tree.map(_divisible_or_replicated, shardings, shapes)
+
+
+def _divisible_or_replicated(sharding, shape):
+  """Drops mesh axes from dimensions they do not divide.
+
+  A rule such as conv_out -> fsdp applies to every convolution, but a
+  64-channel batch-norm scale cannot be split 128 ways; such small leaves
+  stay replicated on that dimension instead of failing the whole run.
+  """
+  spec = list(sharding.spec) + [None] * (len(shape.shape) - len(sharding.spec))
+  for dim, axes in enumerate(spec):
+    if axes is None:
+      continue
+    names = axes if isinstance(axes, tuple) else (axes,)
+    ways = 1
+    for name in names:
+      ways *= sharding.mesh.shape[name]
+    if shape.shape[dim] % ways:
+      spec[dim] = None
+  return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec))
+
+
+def abstract_state(model, tx, image_size: int, shardings) -> TrainState:
+  """Shapes, dtypes and shardings of the state, without allocating it."""
+  shapes = jax.eval_shape(
+      lambda k: nn.meta.unbox(_make_init_fn(model, tx, image_size)(k)),
+      jax.random.key(0))
+  return jax.tree.map(
+      lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+      shapes, shardings)
+
+
+def create_train_state(model, tx, image_size: int, shardings,
+                       seed: int) -> TrainState:
+  """Initialises the state on the devices that own each shard.
+
+  jit with out_shardings makes XLA run each initialiser where its shard lives,
+  so no device ever holds a full copy of a sharded parameter.
+  """
+  init = _make_init_fn(model, tx, image_size)
+  return jax.jit(lambda k: nn.meta.unbox(init(k)), out_shardings=shardings)(
+      jax.random.key(seed))
+
+
+def count_params(params) -> int:
+  return sum(x.size for x in jax.tree.leaves(params))

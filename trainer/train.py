@@ -1,0 +1,182 @@
+"""The training loop: restore or create state, step, log, evaluate, checkpoint."""
+
+import dataclasses
+import functools
+import os
+import time
+
+from absl import logging
+import jax
+import numpy as np
+
+from cli import config_loader
+from trainer import checkpointing
+from trainer import device_input
+from trainer import evaluate
+from trainer import memory
+from trainer import metrics_log
+from trainer import preemption
+from trainer import setup
+from trainer import state as state_lib
+from trainer import steps
+
+
+@dataclasses.dataclass
+class TrainOutcome:
+  step: int  # the step training stopped at
+  preempted: bool  # stopped by a signal after a clean save
+  eval_metrics: dict | None  # the last evaluation, if any
+
+
+def compile_train_step(exp: setup.Experiment):
+  """The train step, compiled before the loop so its memory use is known."""
+  fn = jax.jit(
+      functools.partial(steps.train_step, model=exp.model, tx=exp.tx,
+                        learning_rate_fn=exp.learning_rate_fn,
+                        label_smoothing=exp.config.label_smoothing),
+      in_shardings=(exp.state_shardings, exp.batch_sharding),
+      out_shardings=(exp.state_shardings, None),
+      donate_argnums=0)
+  size = exp.config.data.image_size
+  batch_spec = {
+      'image': jax.ShapeDtypeStruct((exp.config.batch_size, size, size, 3),
+                                    np.uint8, sharding=exp.batch_sharding),
+      'label': jax.ShapeDtypeStruct((exp.config.batch_size,), np.int32,
+                                    sharding=exp.batch_sharding),
+  }
+  start = time.perf_counter()
+  with exp.tracing_context():
+    compiled = fn.lower(exp.abstract_state, batch_spec).compile()
+  logging.info('Compiled the train step in %.1fs; %s',
+               time.perf_counter() - start, memory.describe_memory(compiled))
+  return compiled
+
+
+def _format_eta(seconds: float) -> str:
+  seconds = int(seconds)
+  return f'{seconds // 3600}h{seconds // 60 % 60:02d}m' if seconds >= 3600 else (
+      f'{seconds // 60}m{seconds % 60:02d}s')
+
+
+def _prepare_workdir(config, workdir: str) -> None:
+  """Creates the work dir and saves config.json (process 0 only)."""
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    config_loader.save(config, workdir)
+
+
+def _initial_state(exp: setup.Experiment, checkpointer: checkpointing.Checkpointer):
+  """The latest checkpoint's state if there is one, else a fresh state."""
+  latest = checkpointer.latest_step()
+  if latest is not None:
+    state, _ = checkpointer.restore(latest, exp.abstract_state)
+    logging.info('Resuming from step %d', latest)
+    return state
+  state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
+                                       exp.state_shardings, exp.config.seed)
+  logging.info('Initialised %s: %s parameters', exp.config.model.name,
+               f'{state_lib.count_params(state.params):,}')
+  return state
+
+
+def train_and_evaluate(config, workdir: str) -> TrainOutcome:
+  """Trains to config's length, resuming from the work dir's latest checkpoint."""
+  # --- Mesh, data, model, optimiser: everything the config determines.
+  exp = setup.build_experiment(config, workdir)
+  _prepare_workdir(config, workdir)
+  is_chief = jax.process_index() == 0
+  log = metrics_log.MetricsLog(workdir, enabled=is_chief)
+  checkpointer = checkpointing.Checkpointer(
+      workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save,
+      keep_best=config.checkpoint.keep_best)
+  stop = preemption.StopRequest()
+  try:
+    return _train_loop(exp, workdir, log, checkpointer, stop)
+  finally:
+    stop.restore_handlers()
+    checkpointer.close()  # waits for the last asynchronous save
+    log.close()
+
+
+def _train_loop(exp, workdir, log, checkpointer, stop) -> TrainOutcome:
+  config = exp.config
+  # --- State: restored (resume after preemption) or created sharded.
+  state = _initial_state(exp, checkpointer)
+  start_step = int(jax.device_get(state.step))
+  total = exp.total_steps
+  eval_every = config.eval_every_steps or exp.steps_per_epoch
+  logging.info('Mesh %s; global batch %d; %d steps (%d per epoch); from step %d',
+               dict(exp.mesh.shape), config.batch_size, total,
+               exp.steps_per_epoch, start_step)
+
+  # --- Steps: compiled up front (memory report before any work).
+  train_fn = compile_train_step(exp)
+  eval_fn = evaluate.compile_eval_step(exp)
+
+  def save(step, eval_metrics=None):
+    meta = {'step': step, 'data_position': step}
+    checkpointer.save(step, state, meta)
+    if eval_metrics is not None:
+      checkpointer.save_if_best(step, state, meta, eval_metrics['accuracy'])
+
+  # --- Input: the stream is a pure function of (seed, step), so resuming at
+  # start_step continues exactly where the interrupted run stopped.
+  batches = device_input.DevicePrefetcher(
+      exp.dataset.train_batches(start_step), exp.batch_sharding,
+      size=config.data.prefetch_batches)
+
+  # --- Loop.
+  eval_metrics, pending, last_save = None, [], time.monotonic()
+  interval_start, interval_first = time.perf_counter(), start_step
+  step = start_step
+  while step < total:
+    state, metrics = train_fn(state, next(batches))
+    pending.append(metrics)
+    step += 1
+
+    if step % config.log_every_steps == 0 or step == total:
+      summary = {k: float(np.mean([m[k] for m in jax.device_get(pending)]))
+                 for k in pending[0]}
+      elapsed = time.perf_counter() - interval_start
+      steps_done = step - interval_first
+      step_time = elapsed / steps_done
+      log.write({'step': step, 'split': 'train', **summary,
+                 'images_per_sec': config.batch_size / step_time,
+                 'step_time_s': step_time,
+                 'input_wait_s': batches.pop_wait_s() / steps_done})
+      logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | ETA %s',
+                   step, total, summary['loss'], summary['accuracy'],
+                   config.batch_size / step_time,
+                   _format_eta(step_time * (total - step)))
+      pending, interval_start, interval_first = [], time.perf_counter(), step
+
+    if step % eval_every == 0 or step == total:
+      eval_metrics = evaluate.run_evaluation(exp, eval_fn, state)
+      log.write({'step': step, 'split': 'eval', **eval_metrics})
+      logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
+                   step, eval_metrics['accuracy'], eval_metrics['top5'],
+                   eval_metrics['loss'], eval_metrics['num_examples'])
+      interval_start = time.perf_counter()  # eval time is not step time
+
+    due_minutes = (config.checkpoint.every_minutes > 0 and
+                   time.monotonic() - last_save > 60 * config.checkpoint.every_minutes)
+    if step % config.checkpoint.every_steps == 0 or step == total or due_minutes:
+      save(step, eval_metrics if step % eval_every == 0 or step == total else None)
+      last_save = time.monotonic()
+
+    if step < total and stop.requested(jax.process_count()):
+      save(step)
+      checkpointer.wait()
+      logging.warning('Stopped at step %d after saving; rerun the same command '
+                      'to resume.', step)
+      return TrainOutcome(step=step, preempted=True, eval_metrics=eval_metrics)
+
+  if start_step >= total:
+    logging.info('Already trained to step %d; evaluating the final state.', start_step)
+    eval_metrics = evaluate.run_evaluation(exp, eval_fn, state)
+    log.write({'step': step, 'split': 'eval', **eval_metrics})
+  checkpointer.wait()
+  if eval_metrics is not None:
+    logging.info('Final eval at step %d: top-1 %.4f over %d examples',
+                 step, eval_metrics['accuracy'], eval_metrics['num_examples'])
+  return TrainOutcome(step=step, preempted=False, eval_metrics=eval_metrics)
