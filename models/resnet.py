@@ -1,4 +1,4 @@
-"""ResNet v1.5 (He et al. 2016, with the stride on the 3x3 conv of the bottleneck).
+"""ResNet v1.5 (He et al. 2016; stride on the 3x3 conv of the bottleneck).
 
 The layout follows torchvision's `resnet*` (which is v1.5), so the parameter
 counts match the published ones (resnet50: 25,557,032 at 1000 classes).
@@ -6,6 +6,7 @@ Every parameter carries logical axis names only; the trainer's rules map them
 to mesh axes:
 
   conv kernel (kh, kw, in, out)  -> (None, None, 'conv_in', 'conv_out')
+                                    (stem: (None, None, None, 'conv_out'))
   BatchNorm scale / bias         -> ('conv_out',)
   classifier kernel / bias       -> ('conv_out', 'classes') / ('classes',)
 """
@@ -24,7 +25,7 @@ _ACTIVATION_AXES = ('batch', None, None, None)
 
 
 def _conv(features: int, kernel: int, strides: int, dtype: Any,
-          name: str | None = None) -> nn.Conv:
+          name: str | None = None, in_axis: str | None = 'conv_in') -> nn.Conv:
   """A bias-free conv with symmetric (torchvision) padding."""
   pad = kernel // 2
   return nn.Conv(
@@ -32,7 +33,7 @@ def _conv(features: int, kernel: int, strides: int, dtype: Any,
       padding=((pad, pad), (pad, pad)), use_bias=False, dtype=dtype,
       param_dtype=jnp.float32,
       kernel_init=nn.with_logical_partitioning(
-          _CONV_INIT, (None, None, 'conv_in', 'conv_out')),
+          _CONV_INIT, (None, None, in_axis, 'conv_out')),
       name=name)
 
 
@@ -121,7 +122,9 @@ class ResNet(nn.Module):
       block_cls = nn.remat(block_cls, static_argnums=(2,))
 
     x = jnp.asarray(x, self.dtype)
-    x = _conv(self.width, 7, 2, self.dtype, name='stem_conv')(x)
+    # The 3 RGB channels cannot be split across devices, so the stem's input
+    # axis has no logical name (like the ViT patch embedding).
+    x = _conv(self.width, 7, 2, self.dtype, name='stem_conv', in_axis=None)(x)
     x = nn.relu(_batch_norm(train, self.dtype, name='stem_bn')(x))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
@@ -157,7 +160,8 @@ STAGE_SIZES = {
 
 
 def resnet(depth: int, **kwargs) -> ResNet:
-  """The published ResNet of this depth; kwargs go to `ResNet`."""
+  """The published ResNet of this depth; kwargs override `ResNet` fields."""
   block_cls = BasicBlock if depth < 50 else Bottleneck
-  return ResNet(stage_sizes=STAGE_SIZES[depth], block_cls=block_cls, **kwargs)
+  return ResNet(**{'stage_sizes': STAGE_SIZES[depth], 'block_cls': block_cls,
+                   **kwargs})
 

@@ -36,6 +36,32 @@ def _layer_norm(dtype: Any, name: str | None = None) -> nn.LayerNorm:
       bias_init=_lp(nn.initializers.zeros, ('embed',)), name=name)
 
 
+class _Projection(nn.Module):
+  """einsum(x, kernel) + bias, with a multi-axis kernel named axis by axis.
+
+  nn.DenseGeneral would do, except that it initialises a flattened 2-D kernel,
+  and under a mesh the 3-name logical constraint then fails on a rank-2 array.
+  """
+  equation: str
+  kernel_shape: tuple[int, ...]
+  kernel_axes: tuple[str, ...]
+  num_in_axes: int  # leading kernel axes contracted with x
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    n = self.num_in_axes
+    rank = len(self.kernel_shape)
+    init = nn.initializers.xavier_uniform(
+        in_axis=tuple(range(n)), out_axis=tuple(range(n, rank)))
+    kernel = self.param('kernel', _lp(init, self.kernel_axes),
+                        self.kernel_shape, jnp.float32)
+    bias = self.param('bias', _lp(nn.initializers.zeros, self.kernel_axes[n:]),
+                      self.kernel_shape[n:], jnp.float32)
+    y = jnp.einsum(self.equation, x, kernel.astype(self.dtype))
+    return y + bias.astype(self.dtype)
+
+
 class SelfAttention(nn.Module):
   """Multi-head self-attention; softmax runs in float32 whatever the dtype."""
   num_heads: int
@@ -44,24 +70,14 @@ class SelfAttention(nn.Module):
   @nn.compact
   def __call__(self, x):
     hidden = x.shape[-1]
-    head_dim = hidden // self.num_heads
-
-    def project(name):
-      return nn.DenseGeneral(
-          (self.num_heads, head_dim), dtype=self.dtype,
-          param_dtype=jnp.float32,
-          kernel_init=_lp(nn.initializers.xavier_uniform(),
-                          ('embed', 'heads', 'kv')),
-          bias_init=_lp(nn.initializers.zeros, ('heads', 'kv')),
-          name=name)(x)
-
-    q, k, v = project('query'), project('key'), project('value')
+    heads_kv = (self.num_heads, hidden // self.num_heads)
+    q, k, v = (
+        _Projection('btd,dnh->btnh', (hidden, *heads_kv),
+                    ('embed', 'heads', 'kv'), 1, self.dtype, name=name)(x)
+        for name in ('query', 'key', 'value'))
     y = jax.nn.dot_product_attention(q, k, v)  # [B, T, heads, kv]
-    return nn.DenseGeneral(
-        hidden, axis=(-2, -1), dtype=self.dtype, param_dtype=jnp.float32,
-        kernel_init=_lp(nn.initializers.xavier_uniform(),
-                        ('heads', 'kv', 'embed')),
-        bias_init=_lp(nn.initializers.zeros, ('embed',)), name='out')(y)
+    return _Projection('btnh,nhd->btd', (*heads_kv, hidden),
+                       ('heads', 'kv', 'embed'), 2, self.dtype, name='out')(y)
 
 
 class MlpBlock(nn.Module):

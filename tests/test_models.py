@@ -1,5 +1,7 @@
 """Specification of models/: published sizes, logical axes, dtypes, remat."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -10,10 +12,12 @@ from models import MODEL_NAMES
 from models import create_model
 from models import has_batch_norm
 
-# Tiny members of each family: same code paths, milliseconds to run.
+# Tiny members of each family: the same code paths (stem, projection
+# shortcuts, strides, attention, class token) at a fraction of the compile
+# time, which dominates on CPU.
 TINY = {
-    'resnet18': dict(width=8),
-    'resnet50': dict(width=8),
+    'resnet18': dict(width=8, stage_sizes=(1, 1, 1, 1)),
+    'resnet50': dict(width=8, stage_sizes=(1, 1, 1, 1)),
     'vit_ti16': dict(width=32, depth=2, num_heads=2),
     'vit_b32': dict(width=32, depth=2, num_heads=2),
 }
@@ -23,7 +27,15 @@ NUM_CLASSES = 10
 
 def _init(model, image_size=IMAGE_SIZE, batch=2):
   x = jnp.zeros((batch, image_size, image_size, 3), jnp.float32)
-  return model.init(jax.random.key(0), x, train=False)
+  # 'rbg' keys: XLA compiles threefry's bit generation once per parameter,
+  # slowly on CPU, and these tests check structure, not the random stream.
+  return model.init(jax.random.key(0, impl='rbg'), x, train=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _init_jit(model):
+  """Compiled and cached: XLA's compile of the initialisers costs seconds."""
+  return jax.jit(lambda: _init(model))()
 
 
 def _num_params(name, image_size=224, num_classes=1000):
@@ -42,6 +54,7 @@ def _images(batch=4, seed=1):
                            (batch, IMAGE_SIZE, IMAGE_SIZE, 3), jnp.float32)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 3))
 def _apply(model, variables, x, train):
   """Logits; in train mode BatchNorm statistics are updated and dropped."""
   if train:
@@ -78,7 +91,7 @@ def test_every_registry_name_builds_a_model_that_initialises(name):
 @pytest.mark.parametrize('name', list(TINY))
 def test_tiny_model_maps_images_to_float32_logits(name, train):
   model = _tiny(name)
-  logits = _apply(model, _init(model), _images(), train)
+  logits = _apply(model, _init_jit(model), _images(), train)
   assert logits.shape == (4, NUM_CLASSES)
   assert logits.dtype == jnp.float32
   assert np.all(np.isfinite(logits))
@@ -86,16 +99,17 @@ def test_tiny_model_maps_images_to_float32_logits(name, train):
 
 def test_resnet_training_step_updates_batch_stats():
   model = _tiny('resnet18')
-  variables = _init(model)
-  _, updates = model.apply(variables, _images(), train=True,
-                           mutable=['batch_stats'])
+  variables = _init_jit(model)
+  apply = jax.jit(functools.partial(model.apply, train=True,
+                                    mutable=['batch_stats']))
+  _, updates = apply(variables, _images())
   before = jax.tree.leaves(variables['batch_stats'])
   after = jax.tree.leaves(updates['batch_stats'])
   assert any(not np.allclose(b, a) for b, a in zip(before, after))
 
 
 def test_resnet_residual_blocks_start_as_identity_via_zero_bn_scale():
-  params = nn.unbox(_init(_tiny('resnet50'))['params'])
+  params = nn.unbox(_init_jit(_tiny('resnet50'))['params'])
   block = params['stage1_block1']
   assert np.all(block['BatchNorm_2']['scale'] == 0)  # last BN of the block
   assert np.all(block['BatchNorm_0']['scale'] == 1)
@@ -205,29 +219,49 @@ def test_sharded_model_under_fsdp_and_tensor_rules_matches_unsharded(name):
 # --- Dtypes and rematerialisation --------------------------------------------
 
 
-@pytest.mark.parametrize('name', list(TINY))
+@pytest.mark.parametrize('name', ['resnet50', 'vit_ti16'])
 def test_bfloat16_compute_keeps_float32_params_and_float32_logits(name):
   model = _tiny(name, dtype='bfloat16')
-  variables = _init(model)
-  for leaf in jax.tree.leaves(nn.unbox(variables)):
+  for leaf in jax.tree.leaves(jax.eval_shape(lambda: _init(model))):
     assert leaf.dtype == jnp.float32
+  # Same variables for both dtypes: the float32 model's (cached) ones.
+  variables = _init_jit(_tiny(name))
   logits = _apply(model, variables, _images(), train=True)
   assert logits.dtype == jnp.float32
   reference = _apply(_tiny(name), variables, _images(), train=True)
   np.testing.assert_allclose(logits, reference, rtol=0.1, atol=0.1)
 
 
-@pytest.mark.parametrize('name', list(TINY))
+@pytest.mark.parametrize('name, num_blocks', [('resnet50', 4), ('vit_ti16', 2)])
+def test_full_remat_wraps_each_block_in_a_checkpoint(name, num_blocks):
+  x = _images()
+
+  def count_remats(remat):
+    model = _tiny(name, remat=remat)
+    variables = jax.eval_shape(lambda: _init(model))
+    jaxpr = jax.make_jaxpr(lambda v: _apply(model, v, x, True))(variables)
+    return str(jaxpr).count('remat')
+
+  assert count_remats('none') == 0
+  assert count_remats('full') == num_blocks
+
+
+# One block type each is enough: remat wraps every block class the same way.
+@pytest.mark.parametrize('name', ['resnet18', 'vit_b32'])
 def test_full_remat_gives_same_outputs_and_gradients_as_none(name):
   x = _images()
-  variables = _init(_tiny(name))
+  variables = _init_jit(_tiny(name))
 
-  def loss(params, model):
-    logits = _apply(model, {**variables, 'params': params}, x, train=True)
-    return jnp.sum(logits**2), logits
+  def logits_and_grads(remat):
+    model = _tiny(name, remat=remat)
 
-  results = [jax.value_and_grad(loss, has_aux=True)(
-      variables['params'], _tiny(name, remat=mode)) for mode in ('none', 'full')]
+    def loss(params):
+      logits = _apply(model, {**variables, 'params': params}, x, train=True)
+      return jnp.sum(logits**2), logits
+
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))(variables['params'])
+
+  results = [logits_and_grads(remat) for remat in ('none', 'full')]
   (_, logits_none), grads_none = results[0]
   (_, logits_full), grads_full = results[1]
   np.testing.assert_allclose(logits_full, logits_none, rtol=1e-5, atol=1e-5)
