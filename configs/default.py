@@ -48,6 +48,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.nesterov = False  # sgd: Nesterov momentum
   config.weight_decay = 1e-4  # decoupled for adamw, L2 for sgd; not on biases or norms
   config.label_smoothing = 0.0  # label smoothing for the cross-entropy
+  config.mixup_alpha = 0.0  # mixup Beta(alpha, alpha) mixing; 0: off
+  config.grad_accum_steps = 1  # micro-batches per step (gradient accumulation)
   config.grad_clip_norm = 0.0  # clip the global gradient norm; 0: no clipping
   config.seed = 0  # the one seed that parameters, data order and augmentation derive from
 
@@ -87,5 +89,8 @@ def get_config() -> ml_collections.ConfigDict:
   # --- Runtime ---------------------------------------------------------------
   config.runtime = ml_collections.ConfigDict()
   config.runtime.num_cpu_devices = 0  # CPU only: devices to emulate; 0: one per core
+  # Memory per device for the fit check; 0: what the device reports (the CPU
+  # reports none, and then the check is skipped).
+  config.runtime.device_memory_gib = 0.0
 
   return config

@@ -4,6 +4,7 @@ import os
 
 from input_pipeline import folder
 from input_pipeline import shapes
+from input_pipeline import synthetic
 from input_pipeline.dataset import Dataset
 from input_pipeline.validate import check_data_config
 
@@ -32,8 +33,6 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
       batch_size=batch_size, eval_batch_size=eval_batch_size, seed=seed,
       process_index=process_index, process_count=process_count)
   if data_config.source == 'synthetic':
-    # Imported here: synthetic data needs no TensorFlow.
-    from input_pipeline import synthetic  # pylint: disable=g-import-not-at-top
     return synthetic.SyntheticDataset(
         num_examples=data_config.num_synthetic_examples,
         num_classes=data_config.num_synthetic_classes,
@@ -49,7 +48,8 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
       root, train_split, eval_split, class_map_path)
   # Imported here: TensorFlow takes seconds to import, and only file-backed
   # sources need it.
-  from input_pipeline import files_dataset  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from input_pipeline import files_dataset
   return files_dataset.FilesDataset(
       train=train, evaluation=evaluation, class_names=class_names,
       image_size=data_config.image_size, augment=data_config.augment,

@@ -47,7 +47,7 @@ class Dataset(abc.ABC):
 
   @abc.abstractmethod
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
-    """Infinite training batches from `start_step`; a pure function of (seed, step)."""
+    """Endless training batches from `start_step`; pure in (seed, step)."""
 
   @abc.abstractmethod
   def eval_batches(self) -> Iterator[Batch]:

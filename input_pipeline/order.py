@@ -53,7 +53,7 @@ class TrainOrder:
     self._cached_perm = np.empty(0, np.int64)
 
   def permutation(self, epoch: int) -> np.ndarray:
-    """The order of the examples in `epoch`; a pure function of (seed, epoch)."""
+    """The order of the examples in `epoch`, a function of (seed, epoch)."""
     if epoch != self._cached_epoch:
       rng = np.random.default_rng([self.seed, epoch])
       self._cached_perm = rng.permutation(self.num_examples).astype(np.int64)

@@ -1,11 +1,10 @@
 """The "shapes" data set: learnable images generated on first use, no download.
 
-Ten classes, each a shape in a colour. Every colour is worn by two shapes and
-two shapes come in two colours, so a model must look at both; random size,
-position, rotation, colour jitter, background tint and gradient, grey clutter
-lines and pixel noise keep it from being trivial. The images are written
-once, as PNG files in the folder layout of `folder.py`, and from then on read
-exactly like a user's own images.
+Ten classes, each a shape in a colour (see CLASSES); random size, position,
+rotation, colour jitter, background tint and gradient, grey clutter lines
+and pixel noise keep it from being trivial. The images are written once, as
+PNG files in the folder layout of `folder.py`, and from then on read exactly
+like a user's own images.
 
 Generation is deterministic (a fixed seed: the data set is the same for
 every user and every `config.seed`) and atomic: it happens in a temporary
@@ -25,7 +24,7 @@ from PIL import ImageDraw
 VERSION = 'shapes-v1'
 SEED = 1_2017  # fixed: the data set must not change with config.seed
 IMAGE_SIZE = 64
-TRAIN_PER_CLASS = 300
+TRAIN_PER_CLASS = 500
 VAL_PER_CLASS = 60
 SPLITS = ('train', 'val')  # fixed: data.train_split/eval_split are for folders
 
@@ -36,14 +35,17 @@ _COLOURS = {  # RGB base colours, far apart in hue
     'yellow': (230, 210, 40),
     'magenta': (210, 50, 210),
 }
-# (colour, shape) per class. The name is the folder, so the label order is
-# the sorted order of these names.
+# (colour, shape) per class. Each colour is worn by a solid shape and by a
+# thin or holed one, and four shapes come in two colours, so neither cue
+# alone is enough; pairs that share a colour differ in more than a few
+# corner pixels, so that they stay apart at 32 px. The name is the folder,
+# hence the label order is the sorted order of the names.
 CLASSES = (
-    ('red', 'circle'), ('red', 'square'),
-    ('green', 'triangle'), ('green', 'cross'),
-    ('blue', 'ring'), ('blue', 'circle'),
-    ('yellow', 'diamond'), ('yellow', 'square'),
-    ('magenta', 'star'), ('magenta', 'bars'),
+    ('red', 'circle'), ('red', 'cross'),
+    ('green', 'triangle'), ('green', 'ring'),
+    ('blue', 'square'), ('blue', 'bars'),
+    ('yellow', 'diamond'), ('yellow', 'star'),
+    ('magenta', 'square'), ('magenta', 'ring'),
 )
 # Largest rotation in degrees; small for shapes that a rotation would turn
 # into another class (a square turned 45 degrees is a diamond).
@@ -80,7 +82,7 @@ def _polygon(shape: str) -> list[list[tuple[float, float]]]:
             [(-t, -1), (t, -1), (t, 1), (-t, 1)]]
   if shape == 'star':
     angles = np.radians(np.arange(10) * 36 - 90)
-    radii = np.where(np.arange(10) % 2 == 0, 1.0, 0.42)
+    radii = np.where(np.arange(10) % 2 == 0, 1.0, 0.36)  # spiky: not a blob
     return [list(zip(radii * np.cos(angles), radii * np.sin(angles)))]
   if shape == 'bars':
     w = 0.2
@@ -92,8 +94,10 @@ def _polygon(shape: str) -> list[list[tuple[float, float]]]:
 def _shape_mask(shape: str, size: int, rng: np.random.Generator) -> np.ndarray:
   """Float [size, size] coverage in [0, 1] of one randomly placed shape."""
   big = size * _SUPERSAMPLE
-  radius = rng.uniform(0.18, 0.36) * big
-  margin = radius * 1.05
+  radius = rng.uniform(0.2, 0.34) * big
+  # Keep an eighth of the image clear at the border: crop_flip pads by S/8
+  # with a reflection, which must mirror background, not half a shape.
+  margin = radius + big / 8
   cx, cy = rng.uniform(margin, big - margin, size=2)
   mask = Image.new('L', (big, big), 0)
   draw = ImageDraw.Draw(mask)

@@ -110,6 +110,16 @@ def test_greyscale_and_rgba_images_come_out_rgb(tmp_path):
   np.testing.assert_array_equal(images[2], 100)
 
 
+def test_images_already_at_image_size_pass_through_unchanged(tmp_path):
+  noise = np.random.default_rng(0).integers(0, 256, (SIZE, SIZE, 3), np.uint8)
+  for split in ('train', 'val'):
+    os.makedirs(tmp_path / split / 'x')
+    Image.fromarray(noise).save(tmp_path / split / 'x' / 'noise.png')
+  ds = _create(_data_config(tmp_path), batch_size=1, eval_batch_size=1)
+  np.testing.assert_array_equal(next(ds.train_batches())['image'][0], noise)
+  np.testing.assert_array_equal(next(ds.eval_batches())['image'][0], noise)
+
+
 def test_files_that_are_not_jpeg_or_png_are_ignored(folder):
   (folder / 'train' / 'ant' / 'notes.txt').write_text('not an image')
   (folder / 'train' / 'ant' / '.hidden.png').write_bytes(b'')
@@ -306,6 +316,14 @@ def test_shapes_generation_is_deterministic(tmp_path):
   for name, image in first.items():
     assert image.shape == (16, 16, 3)
     np.testing.assert_array_equal(image, second[name])
+
+
+def test_shapes_cache_lives_under_xdg_cache_home(monkeypatch, tmp_path):
+  monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+  assert shapes.default_dir() == str(tmp_path / 'imagetrain' / 'shapes-v1')
+  monkeypatch.delenv('XDG_CACHE_HOME')
+  assert shapes.default_dir() == os.path.expanduser(
+      '~/.cache/imagetrain/shapes-v1')
 
 
 def test_shapes_cache_is_reused_not_regenerated(tmp_path, monkeypatch):
