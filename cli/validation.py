@@ -16,10 +16,8 @@ DTYPES = ('float32', 'bfloat16')
 OPTIMIZERS = ('sgd', 'adamw')
 LR_SCALINGS = ('linear', 'none')
 LR_SCHEDULES = ('cosine', 'constant')
-AUGMENTS = ('none', 'flip', 'crop_flip')
-REMATS = ('none', 'full')
+REMATS = ('none', 'full', 'dots')
 ENGINES = ('spmd',)
-SOURCES = ('shapes', 'folder', 'synthetic')
 
 
 def _one_of(key: str, value, accepted) -> None:
@@ -34,7 +32,8 @@ def _at_least(key: str, value, minimum) -> None:
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
-  """Value checks that need neither devices nor data."""
+  """Value checks that need neither devices nor data (input_pipeline checks
+  config.data itself)."""
   from models import registry  # pylint: disable=g-import-not-at-top
   _one_of('model.name', config.model.name, registry.MODEL_NAMES)
   _one_of('model.dtype', config.model.dtype, DTYPES)
@@ -42,11 +41,6 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _at_least('model.num_classes', config.model.num_classes, 0)
   _at_least('model.width', config.model.width, 0)
 
-  _one_of('data.source', config.data.source, SOURCES)
-  _one_of('data.augment', config.data.augment, AUGMENTS)
-  _at_least('data.image_size', config.data.image_size, 8)
-  _at_least('data.prefetch_batches', config.data.prefetch_batches, 0)
-  _at_least('data.num_synthetic_examples', config.data.num_synthetic_examples, 1)
 
   _at_least('batch_size', config.batch_size, 1)
   _at_least('num_train_steps', config.num_train_steps, 0)
@@ -64,6 +58,9 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _one_of('lr_schedule', config.lr_schedule, LR_SCHEDULES)
   if not 0.0 <= config.label_smoothing < 1.0:
     raise UsageError(f'label_smoothing={config.label_smoothing!r} must be in [0, 1)')
+  _at_least('grad_accum_steps', config.grad_accum_steps, 1)
+  if not math.isfinite(config.mixup_alpha) or config.mixup_alpha < 0:
+    raise UsageError(f'mixup_alpha={config.mixup_alpha!r} must be >= 0 (0: off)')
   if not 0.0 <= config.momentum < 1.0:
     raise UsageError(f'momentum={config.momentum!r} must be in [0, 1)')
 
@@ -91,6 +88,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _at_least('eval.checkpoint_step', config.eval.checkpoint_step, -1)
   _at_least('eval.batch_size', config.eval.batch_size, 0)
   _at_least('runtime.num_cpu_devices', config.runtime.num_cpu_devices, 0)
+  _at_least('runtime.device_memory_gib', config.runtime.device_memory_gib, 0.0)
 
 
 def resolve_mesh_shape(mesh_config, num_devices: int) -> tuple[int, ...]:
@@ -127,3 +125,9 @@ def check_against_devices(config: ml_collections.ConfigDict, *,
     if value % num_processes:
       raise UsageError(f'{key}={value} does not divide over {num_processes} '
                        'processes')
+  per_device = config.batch_size // batch_ways
+  if per_device % config.grad_accum_steps:
+    raise UsageError(
+        f'grad_accum_steps={config.grad_accum_steps} does not divide the '
+        f'per-device batch of {per_device} (batch_size {config.batch_size} over '
+        f'{batch_ways} devices)')

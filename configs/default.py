@@ -18,7 +18,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_classes = 0  # 0: take the number of classes from the data
   config.model.dtype = 'float32'  # compute dtype: float32 or bfloat16
   config.model.width = 0  # base width (ResNet stem channels); 0: published width
-  config.model.remat = 'none'  # rematerialisation: none, full
+  config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
 
   # --- Data ------------------------------------------------------------------
   config.data = ml_collections.ConfigDict()

@@ -5,6 +5,7 @@ from typing import Any, Callable
 import flax.linen as nn
 import jax.numpy as jnp
 
+from models import remat as remat_lib
 from models import resnet
 from models import vit
 
@@ -28,7 +29,8 @@ def _vit(variant: str, patch_size: int) -> Callable[..., nn.Module]:
       # Explicit hidden_size/mlp_dim/num_heads/depth overrides still win.
       kwargs = {'hidden_size': width, 'mlp_dim': 4 * width,
                 'num_heads': max(1, width // 64), **kwargs}
-    return vit.vit(variant, patch_size, image_size=image_size, **kwargs)
+    patch = kwargs.pop('patch_size', patch_size)  # an override wins
+    return vit.vit(variant, patch, image_size=image_size, **kwargs)
   return make
 
 
@@ -52,8 +54,8 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
     width: 0 for the published size. ResNet: channels of the stem and first
       stage (published 64). ViT: hidden size, with mlp_dim = 4 * width and
       num_heads = max(1, width // 64).
-    remat: 'none', or 'full' to recompute each residual block in the backward
-      pass (less activation memory, about a third more compute).
+    remat: 'none', 'full' or 'dots' (models/remat.py): what each residual block
+      recomputes in the backward pass (less activation memory, more compute).
     image_size: input resolution; ViT sizes its position embedding by it.
     **overrides: module fields to set directly, e.g. ViT's hidden_size,
       mlp_dim, num_heads, depth, or ResNet's stage_sizes.
@@ -67,8 +69,7 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
   if dtype not in _DTYPES:
     raise ValueError(
         f'unknown dtype {dtype!r}; accepted: {", ".join(_DTYPES)}')
-  if remat not in ('none', 'full'):
-    raise ValueError(f"unknown remat {remat!r}; accepted: none, full")
+  remat_lib.check_mode(remat)
   return _REGISTRY[name](
       num_classes=num_classes, dtype=_DTYPES[dtype], remat=remat,
       width=width, image_size=image_size, **overrides)

@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from models import remat as remat_lib
+
 # He et al. (2015) init for ReLU networks, fan_out as in torchvision.
 _CONV_INIT = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
 # Activations are pinned to batch sharding only. The channel axis is left to
@@ -102,7 +104,8 @@ class ResNet(nn.Module):
     width: channels of the stem and first stage (64 = published); stage i
       has width * 2**i (times 4 at the output of a bottleneck).
     dtype: compute dtype; parameters are always float32.
-    remat: 'none', or 'full' to recompute each block in the backward pass.
+    remat: 'none', 'full' or 'dots' (models/remat.py): what each block
+      recomputes in the backward pass.
   """
   stage_sizes: Sequence[int]
   block_cls: Callable[..., nn.Module]
@@ -113,13 +116,9 @@ class ResNet(nn.Module):
 
   @nn.compact
   def __call__(self, x, *, train: bool):
-    if self.remat not in ('none', 'full'):
-      raise ValueError(f"remat must be 'none' or 'full', got {self.remat!r}")
-    block_cls = self.block_cls
-    if self.remat == 'full':
-      # `train` is a Python bool that selects code paths, so it must be
-      # static; argnum 2 counts `self` as 0.
-      block_cls = nn.remat(block_cls, static_argnums=(2,))
+    # `train` is a Python bool that selects code paths, so it must be static;
+    # argnum 2 counts `self` as 0.
+    block_cls = remat_lib.wrap(self.block_cls, self.remat, static_argnums=(2,))
 
     x = jnp.asarray(x, self.dtype)
     # The 3 RGB channels cannot be split across devices, so the stem's input

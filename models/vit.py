@@ -21,6 +21,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from models import remat as remat_lib
+
 _lp = nn.with_logical_partitioning
 # The residual stream is pinned to batch sharding only. Its feature axis is
 # deliberately not 'embed': a rule that shards parameters' 'embed' over the
@@ -129,7 +131,8 @@ class ViT(nn.Module):
     depth: number of encoder blocks.
     image_size: input side in pixels; fixes the position embedding's length.
     dtype: compute dtype; parameters are always float32.
-    remat: 'none', or 'full' to recompute each block in the backward pass.
+    remat: 'none', 'full' or 'dots' (models/remat.py): what each block
+      recomputes in the backward pass.
   """
   num_classes: int
   patch_size: int = 16
@@ -145,7 +148,7 @@ class ViT(nn.Module):
   def __call__(self, x, *, train: bool):
     del train  # No dropout and no batch statistics: train and eval agree.
     self._check(x.shape)
-    block_cls = nn.remat(EncoderBlock) if self.remat == 'full' else EncoderBlock
+    block_cls = remat_lib.wrap(EncoderBlock, self.remat)
 
     x = nn.Conv(
         self.hidden_size, (self.patch_size, self.patch_size),
@@ -184,8 +187,7 @@ class ViT(nn.Module):
 
   def _check(self, shape):
     """One-line errors for shapes that would otherwise fail deep inside."""
-    if self.remat not in ('none', 'full'):
-      raise ValueError(f"remat must be 'none' or 'full', got {self.remat!r}")
+    remat_lib.check_mode(self.remat)
     if self.hidden_size % self.num_heads:
       raise ValueError(f'num_heads={self.num_heads} does not divide '
                        f'hidden_size={self.hidden_size}')

@@ -36,14 +36,20 @@ def _batch(seed=0):
   }
 
 
-def run_steps(config, devices, num_steps=2, width=4):
-  """Losses and final params of `num_steps` steps on a mesh over `devices`."""
+def build(config, devices, width=4):
+  """Model, optimiser, schedule, mesh and state shardings for a tiny ResNet."""
   mesh = mesh_lib.create_mesh(config.mesh, devices=devices)
   rules = mesh_lib.logical_axis_rules(config)
   model = registry.create_model('resnet18', num_classes=NUM_CLASSES, width=width)
   lr_fn = optim.create_learning_rate_fn(config, steps_per_epoch=10, total_steps=10)
   tx = optim.create_optimizer(config, lr_fn)
   shardings = state_lib.state_shardings(model, tx, IMAGE_SIZE, mesh, rules)
+  return model, tx, lr_fn, mesh, shardings
+
+
+def run_steps(config, devices, num_steps=2, width=4):
+  """Losses and final params of `num_steps` steps on a mesh over `devices`."""
+  model, tx, lr_fn, mesh, shardings = build(config, devices, width)
   state = state_lib.create_train_state(model, tx, IMAGE_SIZE, shardings, seed=0)
   step_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
                                       learning_rate_fn=lr_fn, label_smoothing=0.1),

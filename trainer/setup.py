@@ -75,12 +75,15 @@ def resolve_num_classes(config, dataset) -> int:
 def build_experiment(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
   mesh = mesh_lib.create_mesh(config.mesh)
   rules = mesh_lib.logical_axis_rules(config)
+  # A saved class map fixes the labels of this work dir; a new one is written
+  # by the trainer only once every check has passed (see train.py).
+  class_map_path = os.path.join(workdir, CLASS_MAP_FILE_NAME)
   dataset = create_dataset(
       config.data, batch_size=config.batch_size,
       eval_batch_size=config.eval.batch_size or config.batch_size,
       seed=config.seed, process_index=jax.process_index(),
       process_count=jax.process_count(),
-      class_map_path=os.path.join(workdir, CLASS_MAP_FILE_NAME))
+      class_map_path=class_map_path if os.path.exists(class_map_path) else None)
   model = create_model(config, resolve_num_classes(config, dataset))
   steps_per_epoch, total_steps = training_length(config, dataset.num_train_examples)
   learning_rate_fn = optim.create_learning_rate_fn(config, steps_per_epoch, total_steps)

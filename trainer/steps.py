@@ -16,13 +16,27 @@ def normalize_images(images: jax.Array) -> jax.Array:
   return (images.astype(jnp.float32) - RGB_MEAN) / RGB_STD
 
 
+def soft_targets(labels: jax.Array, num_classes: int,
+                 label_smoothing: float = 0.0) -> jax.Array:
+  return optax.smooth_labels(jax.nn.one_hot(labels, num_classes), label_smoothing)
+
+
 def cross_entropy_loss(logits: jax.Array, labels: jax.Array,
                        label_smoothing: float = 0.0) -> jax.Array:
   """Per-example softmax cross-entropy with optional label smoothing."""
-  num_classes = logits.shape[-1]
-  targets = optax.smooth_labels(jax.nn.one_hot(labels, num_classes),
-                                label_smoothing)
+  targets = soft_targets(labels, logits.shape[-1], label_smoothing)
   return optax.softmax_cross_entropy(logits.astype(jnp.float32), targets)
+
+
+def mixup(rng: jax.Array, images: jax.Array, targets: jax.Array, alpha: float):
+  """Mixes each example with its neighbour in the batch (Zhang et al. 2018).
+
+  One mixing ratio per batch, drawn from Beta(alpha, alpha); the partner is the
+  next example (a roll), which needs no random permutation of a sharded batch.
+  """
+  ratio = jax.random.beta(rng, alpha, alpha)
+  mix = lambda x: ratio * x + (1 - ratio) * jnp.roll(x, 1, axis=0)
+  return mix(images), mix(targets)
 
 
 def top_k_correct(logits: jax.Array, labels: jax.Array, k: int) -> jax.Array:
@@ -32,34 +46,75 @@ def top_k_correct(logits: jax.Array, labels: jax.Array, k: int) -> jax.Array:
   return jnp.any(top == labels[:, None], axis=-1).astype(jnp.float32)
 
 
-def _apply(model, state: TrainState, params, images, *, train: bool):
-  """Runs the model; returns logits and updated batch statistics."""
+def _apply(model, params, batch_stats, images, *, train: bool):
+  """Runs the model; returns logits and (updated) batch statistics."""
   variables = {'params': params}
-  if state.batch_stats:
-    variables['batch_stats'] = state.batch_stats
-  if train and state.batch_stats:
+  if batch_stats:
+    variables['batch_stats'] = batch_stats
+  if train and batch_stats:
     logits, updates = model.apply(variables, images, train=True,
                                   mutable=['batch_stats'])
     return logits, updates['batch_stats']
-  return model.apply(variables, images, train=train), state.batch_stats
+  return model.apply(variables, images, train=train), batch_stats
+
+
+def _micro_batches(x: jax.Array, k: int) -> jax.Array:
+  """[B, ...] -> [k, B/k, ...] where micro-batch j holds examples j, j+k, ...
+
+  Strided rather than contiguous, so that each device's contiguous share of
+  the sharded batch contributes to every micro-batch and no example moves
+  between devices.
+  """
+  return jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1)
 
 
 def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
-               label_smoothing: float):
-  """One optimiser step on a global batch; returns (state, metrics)."""
+               label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
+               grad_accum_steps: int = 1, seed: int = 0):
+  """One optimiser step on a global batch; returns (state, metrics).
+
+  With grad_accum_steps = k the batch is split into k micro-batches whose
+  gradients are averaged before one update: the same update as one batch (for
+  models without batch norm), with a k-th of the activation memory.
+  """
   images = normalize_images(batch['image'])
   labels = batch['label']
+  params = state.params
+  targets = soft_targets(labels, model.num_classes, label_smoothing)
+  if mixup_alpha > 0:
+    rng = jax.random.fold_in(jax.random.key(seed), state.step)
+    images, targets = mixup(rng, images, targets, mixup_alpha)
 
-  def loss_fn(params):
-    logits, batch_stats = _apply(model, state, params, images, train=True)
-    loss = cross_entropy_loss(logits, labels, label_smoothing).mean()
+  def loss_fn(p, batch_stats, images, targets):
+    logits, batch_stats = _apply(model, p, batch_stats, images, train=True)
+    loss = optax.softmax_cross_entropy(logits.astype(jnp.float32), targets).mean()
     return loss, (logits, batch_stats)
 
-  (loss, (logits, batch_stats)), grads = jax.value_and_grad(
-      loss_fn, has_aux=True)(state.params)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  if grad_accum_steps == 1:
+    (loss, (logits, batch_stats)), grads = grad_fn(
+        params, state.batch_stats, images, targets)
+  else:
+    k = grad_accum_steps
+
+    def accumulate(carry, micro):
+      grads_sum, loss_sum, batch_stats = carry
+      (loss, (logits, batch_stats)), grads = grad_fn(params, batch_stats, *micro)
+      grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
+      return (grads_sum, loss_sum + loss, batch_stats), logits
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    (grads, loss, batch_stats), logits = jax.lax.scan(
+        accumulate, (zeros, jnp.zeros(()), state.batch_stats),
+        (_micro_batches(images, k), _micro_batches(targets, k)))
+    grads = jax.tree.map(lambda g: g / k, grads)
+    loss = loss / k
+    labels = _micro_batches(labels, k).reshape(-1)
+    logits = logits.reshape(-1, logits.shape[-1])
+
+  updates, opt_state = tx.update(grads, state.opt_state, params)
   new_state = state.replace(step=state.step + 1,
-                            params=optax.apply_updates(state.params, updates),
+                            params=optax.apply_updates(params, updates),
                             batch_stats=batch_stats, opt_state=opt_state)
   metrics = {
       'loss': loss,
@@ -74,7 +129,7 @@ def eval_step(state: TrainState, batch, *, model):
   """Sums over the real (unmasked) examples of one eval batch."""
   images = normalize_images(batch['image'])
   labels, mask = batch['label'], batch['mask'].astype(jnp.float32)
-  logits, _ = _apply(model, state, state.params, images, train=False)
+  logits, _ = _apply(model, state.params, state.batch_stats, images, train=False)
   return {
       'loss_sum': (cross_entropy_loss(logits, labels) * mask).sum(),
       'correct': (top_k_correct(logits, labels, 1) * mask).sum(),

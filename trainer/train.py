@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import json
 import os
 import time
 
@@ -33,7 +34,10 @@ def compile_train_step(exp: setup.Experiment):
   fn = jax.jit(
       functools.partial(steps.train_step, model=exp.model, tx=exp.tx,
                         learning_rate_fn=exp.learning_rate_fn,
-                        label_smoothing=exp.config.label_smoothing),
+                        label_smoothing=exp.config.label_smoothing,
+                        mixup_alpha=exp.config.mixup_alpha,
+                        grad_accum_steps=exp.config.grad_accum_steps,
+                        seed=exp.config.seed),
       in_shardings=(exp.state_shardings, exp.batch_sharding),
       out_shardings=(exp.state_shardings, None),
       donate_argnums=0)
@@ -47,8 +51,10 @@ def compile_train_step(exp: setup.Experiment):
   start = time.perf_counter()
   with exp.tracing_context():
     compiled = fn.lower(exp.abstract_state, batch_spec).compile()
-  logging.info('Compiled the train step in %.1fs; %s',
-               time.perf_counter() - start, memory.describe_memory(compiled))
+  usage = memory.report(compiled, exp.abstract_state)
+  logging.info('Compiled the train step in %.1fs; memory %s',
+               time.perf_counter() - start, usage.describe())
+  memory.check_fits(usage, memory.device_capacity(exp.config.runtime.device_memory_gib))
   return compiled
 
 
@@ -58,11 +64,18 @@ def _format_eta(seconds: float) -> str:
       f'{seconds // 60}m{seconds % 60:02d}s')
 
 
-def _prepare_workdir(config, workdir: str) -> None:
-  """Creates the work dir and saves config.json (process 0 only)."""
-  if jax.process_index() == 0:
-    os.makedirs(workdir, exist_ok=True)
-    config_loader.save(config, workdir)
+def _prepare_workdir(exp: setup.Experiment, workdir: str) -> None:
+  """Creates the work dir, saves config.json and classes.json (process 0)."""
+  if jax.process_index() != 0:
+    return
+  os.makedirs(workdir, exist_ok=True)
+  config_loader.save(exp.config, workdir)
+  class_map_path = os.path.join(workdir, setup.CLASS_MAP_FILE_NAME)
+  if exp.dataset.class_names and not os.path.exists(class_map_path):
+    class_map = {name: i for i, name in enumerate(exp.dataset.class_names)}
+    with open(class_map_path + '.tmp', 'w') as f:
+      json.dump(class_map, f, indent=2)
+    os.replace(class_map_path + '.tmp', class_map_path)
 
 
 def _initial_state(exp: setup.Experiment, checkpointer: checkpointing.Checkpointer):
@@ -83,7 +96,11 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   """Trains to config's length, resuming from the work dir's latest checkpoint."""
   # --- Mesh, data, model, optimiser: everything the config determines.
   exp = setup.build_experiment(config, workdir)
-  _prepare_workdir(config, workdir)
+  # --- Steps: compiled before the work dir is touched, so a config that
+  # does not fit the device memory stops here with nothing written.
+  train_fn = compile_train_step(exp)
+  eval_fn = evaluate.compile_eval_step(exp)
+  _prepare_workdir(exp, workdir)
   is_chief = jax.process_index() == 0
   log = metrics_log.MetricsLog(workdir, enabled=is_chief)
   checkpointer = checkpointing.Checkpointer(
@@ -91,14 +108,14 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
       keep_best=config.checkpoint.keep_best)
   stop = preemption.StopRequest()
   try:
-    return _train_loop(exp, workdir, log, checkpointer, stop)
+    return _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop)
   finally:
     stop.restore_handlers()
     checkpointer.close()  # waits for the last asynchronous save
     log.close()
 
 
-def _train_loop(exp, workdir, log, checkpointer, stop) -> TrainOutcome:
+def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome:
   config = exp.config
   # --- State: restored (resume after preemption) or created sharded.
   state = _initial_state(exp, checkpointer)
@@ -108,10 +125,6 @@ def _train_loop(exp, workdir, log, checkpointer, stop) -> TrainOutcome:
   logging.info('Mesh %s; global batch %d; %d steps (%d per epoch); from step %d',
                dict(exp.mesh.shape), config.batch_size, total,
                exp.steps_per_epoch, start_step)
-
-  # --- Steps: compiled up front (memory report before any work).
-  train_fn = compile_train_step(exp)
-  eval_fn = evaluate.compile_eval_step(exp)
 
   def save(step, eval_metrics=None):
     meta = {'step': step, 'data_position': step}
@@ -151,18 +164,21 @@ def _train_loop(exp, workdir, log, checkpointer, stop) -> TrainOutcome:
       pending, interval_start, interval_first = [], time.perf_counter(), step
 
     if step % eval_every == 0 or step == total:
+      eval_start = time.perf_counter()
       eval_metrics = evaluate.run_evaluation(exp, eval_fn, state)
       log.write({'step': step, 'split': 'eval', **eval_metrics})
       logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
                    step, eval_metrics['accuracy'], eval_metrics['top5'],
                    eval_metrics['loss'], eval_metrics['num_examples'])
-      interval_start = time.perf_counter()  # eval time is not step time
+      interval_start += time.perf_counter() - eval_start  # not step time
 
     due_minutes = (config.checkpoint.every_minutes > 0 and
                    time.monotonic() - last_save > 60 * config.checkpoint.every_minutes)
     if step % config.checkpoint.every_steps == 0 or step == total or due_minutes:
+      save_start = time.perf_counter()
       save(step, eval_metrics if step % eval_every == 0 or step == total else None)
       last_save = time.monotonic()
+      interval_start += time.perf_counter() - save_start  # not step time
 
     if step < total and stop.requested(jax.process_count()):
       save(step)

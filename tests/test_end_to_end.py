@@ -1,0 +1,116 @@
+"""The command line as a user drives it: train, evaluate, resume, Ctrl-C."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tests.helpers import run_main
+from trainer import metrics_log
+
+STEPS = 8
+
+
+def tiny_run_flags(shapes_dir, **overrides):
+  """A few steps of a 4-wide ResNet-18 at 16 px; eval batch 64 does not divide
+  the 600 validation images, so padding and masking are exercised."""
+  flags = {
+      'model.width': 4, 'data.image_size': 16, 'batch_size': 64,
+      'num_train_steps': STEPS, 'log_every_steps': 2, 'eval_every_steps': 4,
+      'checkpoint.every_steps': 4, 'data.dir': shapes_dir,
+  }
+  flags.update(overrides)
+  return ['--config=configs/quickstart.py'] + [f'--config.{k}={v}' for k, v in flags.items()]
+
+
+@pytest.fixture(scope='module')
+def trained_workdir(tmp_path_factory, shapes_dir):
+  workdir = str(tmp_path_factory.mktemp('e2e') / 'run')
+  result = run_main(f'--workdir={workdir}', *tiny_run_flags(shapes_dir))
+  assert result.returncode == 0, result.stderr[-3000:]
+  return workdir
+
+
+def _records(workdir, split):
+  return [r for r in metrics_log.read(workdir) if r['split'] == split]
+
+
+def test_training_writes_config_metrics_checkpoints_and_events(trained_workdir):
+  names = set(os.listdir(trained_workdir))
+  assert {'config.json', 'metrics.jsonl', 'checkpoints', 'classes.json'} <= names
+  assert any(n.startswith('events.out.tfevents') for n in names)
+  train = _records(trained_workdir, 'train')
+  assert [r['step'] for r in train] == [2, 4, 6, 8]
+  for key in ('loss', 'accuracy', 'images_per_sec', 'step_time_s', 'lr'):
+    assert key in train[-1]
+  evals = _records(trained_workdir, 'eval')
+  assert [r['step'] for r in evals] == [4, 8]
+  assert all(r['num_examples'] == 600 for r in evals)  # each example once
+  assert sorted(os.listdir(os.path.join(trained_workdir, 'checkpoints'))) == ['4', '8']
+
+
+def test_eval_mode_reproduces_the_final_training_accuracy(trained_workdir):
+  final = _records(trained_workdir, 'eval')[-1]
+  result = run_main(f'--workdir={trained_workdir}', '--mode=eval')
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  assert summary['step'] == STEPS
+  assert summary['accuracy'] == final['accuracy']
+  assert summary['top5'] == final['top5']
+  assert summary['num_examples'] == 600
+
+
+def test_eval_mode_restores_a_chosen_checkpoint(trained_workdir):
+  result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
+                    '--config.eval.checkpoint_step=4')
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  assert summary['step'] == 4
+  assert summary['accuracy'] == _records(trained_workdir, 'eval')[0]['accuracy']
+
+
+def test_rerun_with_another_model_in_the_same_workdir_is_refused(trained_workdir, shapes_dir):
+  before = os.path.getsize(os.path.join(trained_workdir, 'metrics.jsonl'))
+  result = run_main(f'--workdir={trained_workdir}',
+                    *tiny_run_flags(shapes_dir, **{'model.width': 8}))
+  assert result.returncode == 2
+  assert 'model.width' in result.stderr
+  assert os.path.getsize(os.path.join(trained_workdir, 'metrics.jsonl')) == before
+
+
+def _wait_for_train_record(workdir, min_step, process, timeout=300):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if any(r['step'] >= min_step for r in _records(workdir, 'train')):
+      return
+    assert process.poll() is None, process.communicate()[1][-3000:]
+    time.sleep(0.2)
+  raise TimeoutError('training made no progress')
+
+
+def test_ctrl_c_saves_and_the_rerun_continues_with_identical_losses(tmp_path, shapes_dir):
+  flags = dict(num_train_steps=12, log_every_steps=1, eval_every_steps=100,
+               **{'checkpoint.every_steps': 100})
+  straight = str(tmp_path / 'straight')
+  result = run_main(f'--workdir={straight}', *tiny_run_flags(shapes_dir, **flags))
+  assert result.returncode == 0, result.stderr[-3000:]
+
+  interrupted = str(tmp_path / 'interrupted')
+  process = run_main(f'--workdir={interrupted}', *tiny_run_flags(shapes_dir, **flags),
+                     background=True)
+  _wait_for_train_record(interrupted, 3, process)
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 75, stderr[-3000:]
+  stopped_at = max(r['step'] for r in _records(interrupted, 'train'))
+  assert stopped_at < 12
+  assert os.listdir(os.path.join(interrupted, 'checkpoints')) == [str(stopped_at)]
+
+  # The same command again, no --config: the saved config.json is the base.
+  result = run_main(f'--workdir={interrupted}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'Resuming from step {stopped_at}' in result.stderr
+  losses = lambda w: {r['step']: r['loss'] for r in _records(w, 'train')}
+  assert losses(interrupted) == losses(straight)  # bitwise: same floats

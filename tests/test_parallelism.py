@@ -1,0 +1,112 @@
+"""Data, FSDP, tensor and hybrid parallelism are a config change: every mesh
+gives the losses of one device, and the state is split as the rules say."""
+
+import functools
+
+from flax import linen as nn
+
+import jax
+import numpy as np
+import pytest
+
+from configs import default
+from models import registry
+from trainer import mesh as mesh_lib
+from trainer import optim
+from trainer import state as state_lib
+from trainer import steps
+
+IMAGE_SIZE, BATCH, NUM_CLASSES, NUM_STEPS = 16, 16, 5, 2
+
+# FSDP on the parameters' wide axis, tensor parallelism on the other: both
+# families are sharded on every mesh axis in the hybrid meshes below.
+HYBRID_RULES = (
+    ('batch', 'data,fsdp'),
+    ('embed', 'fsdp'), ('conv_out', 'fsdp'),
+    ('mlp', 'tensor'), ('heads', 'tensor'), ('conv_in', 'tensor'),
+)
+TINY_MODELS = {
+    'resnet': lambda: registry.create_model(
+        'resnet18', num_classes=NUM_CLASSES, width=8, stage_sizes=(1, 1, 1, 1)),
+    'vit': lambda: registry.create_model(
+        'vit_ti16', num_classes=NUM_CLASSES, image_size=IMAGE_SIZE, patch_size=4,
+        hidden_size=32, mlp_dim=64, num_heads=4, depth=2),
+}
+MESHES = [(8, 1, 1), (1, 8, 1), (2, 2, 2), (2, 1, 4)]
+
+
+def _config(mesh_shape, **overrides):
+  config = default.get_config()
+  config.batch_size = BATCH
+  # SGD, not Adam: Adam divides by the gradient's magnitude, so a gradient
+  # that is ~0 up to float rounding (which differs between meshes) becomes a
+  # full-size update of either sign and parameters cannot be compared.
+  config.learning_rate = 0.5
+  config.sharding_rules = HYBRID_RULES
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh_shape
+  for key, value in overrides.items():
+    config[key] = value
+  return config
+
+
+def _batches():
+  rng = np.random.default_rng(0)
+  return [{'image': rng.integers(0, 256, (BATCH, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8),
+           'label': rng.integers(0, NUM_CLASSES, (BATCH,), np.int32)}
+          for _ in range(NUM_STEPS)]
+
+
+def train(model_name, config, devices, num_steps=NUM_STEPS):
+  """(losses, final state) of a few steps of a tiny model on `config.mesh`."""
+  mesh = mesh_lib.create_mesh(config.mesh, devices=devices)
+  rules = mesh_lib.logical_axis_rules(config)
+  model = TINY_MODELS[model_name]()
+  lr_fn = optim.create_learning_rate_fn(config, steps_per_epoch=10, total_steps=10)
+  tx = optim.create_optimizer(config, lr_fn)
+  shardings = state_lib.state_shardings(model, tx, IMAGE_SIZE, mesh, rules)
+  state = state_lib.create_train_state(model, tx, IMAGE_SIZE, shardings, seed=0)
+  step_fn = jax.jit(
+      functools.partial(steps.train_step, model=model, tx=tx, learning_rate_fn=lr_fn,
+                        grad_accum_steps=config.grad_accum_steps),
+      in_shardings=(shardings, mesh_lib.batch_sharding(mesh)),
+      out_shardings=(shardings, None))
+  losses = []
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    for batch in _batches()[:num_steps]:
+      state, metrics = step_fn(state, jax.device_put(batch, mesh_lib.batch_sharding(mesh)))
+      losses.append(float(metrics['loss']))
+  return losses, state
+
+
+@pytest.fixture(scope='module', params=sorted(TINY_MODELS))
+def single_device(request):
+  losses, state = train(request.param, _config((1, 1, 1)), jax.devices()[:1])
+  return request.param, losses, jax.device_get(state.params)
+
+
+@pytest.mark.parametrize('mesh_shape', MESHES, ids=lambda m: 'x'.join(map(str, m)))
+def test_every_mesh_gives_the_losses_of_one_device(single_device, mesh_shape):
+  model_name, losses_1, params_1 = single_device
+  losses, state = train(model_name, _config(mesh_shape), jax.devices())
+  np.testing.assert_allclose(losses, losses_1, rtol=2e-5)
+  for a, b in zip(jax.tree.leaves(jax.device_get(state.params)), jax.tree.leaves(params_1)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
+
+
+def test_fsdp_8_splits_vit_params_and_optimizer_state_8_ways():
+  _, state = train('vit', _config((1, 8, 1)), jax.devices(), num_steps=0)
+  hidden = 32  # the tiny ViT's 'embed' size, the axis the rules give to fsdp
+  params = [x for x in jax.tree.leaves(state.params) if hidden in x.shape]
+  momenta = [x for x in jax.tree.leaves(state.opt_state) if hidden in x.shape]
+  assert len(params) > 10 and len(momenta) == len(params)
+  for x in params + momenta:
+    assert x.addressable_shards[0].data.size * 8 == x.size, (x.shape, x.sharding.spec)
+
+
+def test_gradient_accumulation_matches_one_batch_of_k_times_the_size():
+  losses_1, state_1 = train('vit', _config((8, 1, 1)), jax.devices())
+  losses_k, state_k = train('vit', _config((8, 1, 1), grad_accum_steps=2), jax.devices())
+  np.testing.assert_allclose(losses_k, losses_1, rtol=2e-5)
+  for a, b in zip(jax.tree.leaves(jax.device_get(state_k.params)),
+                  jax.tree.leaves(jax.device_get(state_1.params))):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
