@@ -17,7 +17,7 @@ from cli import flags_parser
 from cli import logs
 from cli import runtime
 from cli import validation
-from cli.errors import EXIT_PREEMPTED, EXIT_USAGE, UsageError
+from cli.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
 
 FLAGS = flags_parser.FLAGS
@@ -72,6 +72,9 @@ def main(argv):
     code = run(argv)
   except (UsageError, DataError) as e:
     _fail_usage(e)
+  except RunFailure as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(EXIT_FAILURE)
   sys.exit(code)
 
 

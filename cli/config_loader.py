@@ -25,7 +25,7 @@ CONFIG_FILE_NAME = 'config.json'
 # what the checkpoints mean and must match.
 MUTABLE_KEY_PREFIXES = (
     'num_train_steps', 'num_epochs', 'log_every_steps', 'eval_every_steps',
-    'checkpoint.', 'mesh.', 'eval.', 'runtime.',
+    'checkpoint.', 'mesh.', 'eval.', 'runtime.', 'debug.', 'nonfinite',
     'data.dir', 'data.manual_dir', 'data.prefetch_batches',
 )
 

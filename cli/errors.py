@@ -1,4 +1,4 @@
-"""The one exception type that means "the user asked for something invalid"."""
+"""Exceptions that end a run with one line instead of a traceback."""
 
 
 class UsageError(Exception):
@@ -9,5 +9,14 @@ class UsageError(Exception):
   path) and what is accepted instead.
   """
 
+
+class RunFailure(Exception):
+  """The run itself failed for a reason one line can state (exit code 1).
+
+  Whatever could be kept (the last good checkpoint) is kept; the message says
+  what happened and what to change.
+  """
+
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped after a clean save; rerun resumes.

@@ -18,6 +18,7 @@ LR_SCALINGS = ('linear', 'none')
 LR_SCHEDULES = ('cosine', 'constant')
 REMATS = ('none', 'full', 'dots')
 ENGINES = ('spmd',)
+NONFINITE = ('stop', 'skip')
 
 
 def _one_of(key: str, value, accepted) -> None:
@@ -79,6 +80,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     for axis in filter(None, rule[1].split(',')):
       _one_of(f'sharding_rules[{rule[0]}]', axis, MESH_AXES)
   _one_of('engine', config.engine, ENGINES)
+  _one_of('nonfinite', config.nonfinite, NONFINITE)
+  _at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
 
   _at_least('log_every_steps', config.log_every_steps, 1)
   _at_least('eval_every_steps', config.eval_every_steps, 0)

@@ -8,6 +8,8 @@ comment says so; the schema has no None so that every key has a type.
 
 import ml_collections
 
+from configs import sharding
+
 
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -51,6 +53,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.mixup_alpha = 0.0  # mixup Beta(alpha, alpha) mixing; 0: off
   config.grad_accum_steps = 1  # micro-batches per step (gradient accumulation)
   config.grad_clip_norm = 0.0  # clip the global gradient norm; 0: no clipping
+  config.nonfinite = 'stop'  # non-finite loss or gradients: stop (keep the last good checkpoint), skip (drop the update)
   config.seed = 0  # the one seed that parameters, data order and augmentation derive from
 
   # --- Parallelism -----------------------------------------------------------
@@ -58,17 +61,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.mesh.data = -1  # data-parallel axis size; -1 fills the remaining devices
   config.mesh.fsdp = 1  # fully sharded data-parallel axis (ZeRO-3) size
   config.mesh.tensor = 1  # tensor-parallel axis size
-  # Logical parameter axis -> mesh axis ('' = replicated). Data, not code: a
-  # change of parallelism is a change here, never in the model.
-  config.sharding_rules = (
-      ('batch', 'data,fsdp'),
-      ('conv_in', ''),
-      ('conv_out', ''),
-      ('embed', ''),
-      ('mlp', ''),
-      ('heads', ''),
-      ('classes', ''),
-  )
+  # Logical parameter axis -> mesh axes ('data,fsdp' = both; '' = replicated);
+  # named sets in configs/sharding.py. Data, not code: a change of
+  # parallelism is a change here and in config.mesh, never in the model.
+  config.sharding_rules = sharding.FSDP_TENSOR
   config.engine = 'spmd'  # spmd (the parameter-server engine comes later)
 
   # --- Cadences and outputs --------------------------------------------------
@@ -92,5 +88,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Memory per device for the fit check; 0: what the device reports (the CPU
   # reports none, and then the check is skipped).
   config.runtime.device_memory_gib = 0.0
+
+  # --- Debugging (fault injection for tests; not for normal runs) -------------
+  config.debug = ml_collections.ConfigDict()
+  config.debug.nan_at_step = -1  # make the loss of this step NaN; -1: off
 
   return config

@@ -71,3 +71,13 @@ def test_eval_of_an_empty_workdir_exits_2(tmp_path):
   result = run_main(f'--workdir={tmp_path}', '--mode=eval', timeout=120)
   assert result.returncode == 2
   assert 'train first' in result.stderr
+
+
+def test_a_step_that_does_not_fit_device_memory_stops_before_writing(tmp_path, shapes_dir):
+  workdir = tmp_path / 'run'
+  result = run_main(f'--workdir={workdir}', QUICK, f'--config.data.dir={shapes_dir}',
+                    '--config.runtime.device_memory_gib=0.001', timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  error = result.stderr.strip().splitlines()[-1]
+  assert 'does not fit' in error and 'GiB short' in error and 'mesh.fsdp' in error
+  assert not workdir.exists()

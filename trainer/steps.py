@@ -70,14 +70,23 @@ def _micro_batches(x: jax.Array, k: int) -> jax.Array:
 
 def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
                label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
-               grad_accum_steps: int = 1, seed: int = 0):
+               grad_accum_steps: int = 1, seed: int = 0,
+               skip_nonfinite: bool = False, nan_at_step: int = -1):
   """One optimiser step on a global batch; returns (state, metrics).
 
   With grad_accum_steps = k the batch is split into k micro-batches whose
   gradients are averaged before one update: the same update as one batch (for
   models without batch norm), with a k-th of the activation memory.
+
+  metrics['finite'] is 0 when the loss or the gradients are not finite; it is
+  computed on the device and read with the other metrics, so no step waits for
+  the host. With skip_nonfinite such a step leaves parameters, statistics and
+  optimiser state unchanged (the data position still advances).
+  nan_at_step >= 0 injects a NaN loss at that step (fault injection for tests).
   """
   images = normalize_images(batch['image'])
+  if nan_at_step >= 0:
+    images = jnp.where(state.step == nan_at_step, jnp.nan, images)
   labels = batch['label']
   params = state.params
   targets = soft_targets(labels, model.num_classes, label_smoothing)
@@ -112,15 +121,24 @@ def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
     labels = _micro_batches(labels, k).reshape(-1)
     logits = logits.reshape(-1, logits.shape[-1])
 
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   updates, opt_state = tx.update(grads, state.opt_state, params)
   new_state = state.replace(step=state.step + 1,
                             params=optax.apply_updates(params, updates),
                             batch_stats=batch_stats, opt_state=opt_state)
+  if skip_nonfinite:
+    keep_old = lambda new, old: jnp.where(finite, new, old)
+    new_state = new_state.replace(
+        params=jax.tree.map(keep_old, new_state.params, state.params),
+        batch_stats=jax.tree.map(keep_old, new_state.batch_stats, state.batch_stats),
+        opt_state=jax.tree.map(keep_old, new_state.opt_state, state.opt_state))
   metrics = {
       'loss': loss,
       'accuracy': top_k_correct(logits, labels, 1).mean(),
       'lr': learning_rate_fn(state.step),
-      'grad_norm': optax.tree.norm(grads),
+      'grad_norm': grad_norm,
+      'finite': finite.astype(jnp.float32),
   }
   return new_state, metrics
 

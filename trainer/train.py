@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from cli import config_loader
+from cli.errors import RunFailure
 from trainer import checkpointing
 from trainer import device_input
 from trainer import evaluate
@@ -20,6 +21,10 @@ from trainer import preemption
 from trainer import setup
 from trainer import state as state_lib
 from trainer import steps
+
+
+class NonFiniteLoss(RunFailure):
+  """The loss or the gradients of a step were not finite (nonfinite=stop)."""
 
 
 @dataclasses.dataclass
@@ -37,7 +42,9 @@ def compile_train_step(exp: setup.Experiment):
                         label_smoothing=exp.config.label_smoothing,
                         mixup_alpha=exp.config.mixup_alpha,
                         grad_accum_steps=exp.config.grad_accum_steps,
-                        seed=exp.config.seed),
+                        seed=exp.config.seed,
+                        skip_nonfinite=exp.config.nonfinite == 'skip',
+                        nan_at_step=exp.config.debug.nan_at_step),
       in_shardings=(exp.state_shardings, exp.batch_sharding),
       out_shardings=(exp.state_shardings, None),
       donate_argnums=0)
@@ -126,7 +133,22 @@ def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome
                dict(exp.mesh.shape), config.batch_size, total,
                exp.steps_per_epoch, start_step)
 
+  def check_finite(pending, first_step):
+    """Raises NonFiniteLoss naming the first bad step among `pending`."""
+    if config.nonfinite != 'stop' or not pending:
+      return
+    flags = jax.device_get([m['finite'] for m in pending])
+    bad = [first_step + 1 + i for i, ok in enumerate(flags) if not ok]
+    if bad:
+      kept = checkpointer.latest_step()
+      raise NonFiniteLoss(
+          f'the loss or gradients became non-finite at step {bad[0]}; stopped '
+          f'without saving it (last good checkpoint: '
+          f'{"step " + str(kept) if kept is not None else "none"}). Lower '
+          'learning_rate, set grad_clip_norm, or nonfinite=skip')
+
   def save(step, eval_metrics=None):
+    check_finite(pending, interval_first)
     meta = {'step': step, 'data_position': step}
     checkpointer.save(step, state, meta)
     if eval_metrics is not None:
@@ -148,8 +170,11 @@ def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome
     step += 1
 
     if step % config.log_every_steps == 0 or step == total:
-      summary = {k: float(np.mean([m[k] for m in jax.device_get(pending)]))
-                 for k in pending[0]}
+      check_finite(pending, interval_first)
+      fetched = jax.device_get(pending)
+      summary = {k: float(np.mean([m[k] for m in fetched])) for k in pending[0]}
+      summary['nonfinite_steps'] = int(sum(1 - m.pop('finite') for m in fetched))
+      del summary['finite']
       elapsed = time.perf_counter() - interval_start
       steps_done = step - interval_first
       step_time = elapsed / steps_done
