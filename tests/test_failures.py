@@ -1,6 +1,7 @@
-"""Non-finite losses: stop with the last good checkpoint intact, or skip."""
+"""Failures mid-run: non-finite losses, and SIGKILL at any moment."""
 
 import os
+import time
 
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_run_flags
@@ -32,3 +33,44 @@ def test_nonfinite_loss_with_skip_drops_that_update_and_trains_on(tmp_path, shap
   assert train[6]['nonfinite_steps'] == 1
   assert all(train[s]['nonfinite_steps'] == 0 for s in train if s != 6)
   assert isinstance(train[8]['loss'], float)  # finite again after the skip
+
+
+def _checkpoint_names(workdir):
+  path = os.path.join(workdir, 'checkpoints')
+  return os.listdir(path) if os.path.isdir(path) else []
+
+
+def _kill_when(process, condition, timeout=300):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if condition():
+      process.kill()  # SIGKILL: no handler runs, nothing is flushed
+      process.communicate()
+      return
+    assert process.poll() is None, process.communicate()[1][-3000:]
+    time.sleep(0.05)
+  raise TimeoutError('the condition never held')
+
+
+def test_sigkill_during_and_between_saves_always_resumes_from_a_complete_checkpoint(
+    tmp_path, shapes_dir):
+  workdir = str(tmp_path / 'run')
+  flags = tiny_run_flags(shapes_dir, num_train_steps=12, log_every_steps=1,
+                         **{'checkpoint.every_steps': 2})
+
+  # 1. In the middle of the first save: orbax's temporary folder exists.
+  process = run_main(f'--workdir={workdir}', *flags, background=True)
+  _kill_when(process, lambda: any('tmp' in n for n in _checkpoint_names(workdir)))
+  assert any('tmp' in n for n in _checkpoint_names(workdir)), 'killed after the save'
+
+  # 2. Rerun; kill it between saves, after it trained past step 5.
+  process = run_main(f'--workdir={workdir}', background=True)
+  _kill_when(process, lambda: any(
+      r['step'] >= 5 for r in metrics_log.read(workdir) if r['split'] == 'train'))
+
+  # 3. Rerun to the end: it resumes from the latest complete checkpoint.
+  complete = sorted(int(n) for n in _checkpoint_names(workdir) if n.isdigit())
+  result = run_main(f'--workdir={workdir}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'Resuming from step {complete[-1]}' in result.stderr
+  assert '12' in _checkpoint_names(workdir)
