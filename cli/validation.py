@@ -6,6 +6,7 @@ line that names the key and what is accepted.
 """
 
 import math
+import os
 
 import ml_collections
 
@@ -82,6 +83,11 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _one_of('engine', config.engine, ENGINES)
   _one_of('nonfinite', config.nonfinite, NONFINITE)
   _at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
+  _at_least('init.checkpoint_step', config.init.checkpoint_step, -1)
+  if config.init.from_workdir and not os.path.isdir(
+      os.path.expanduser(config.init.from_workdir)):
+    raise UsageError(f'init.from_workdir={config.init.from_workdir!r}: no such '
+                     "directory; give another run's work dir")
 
   _at_least('log_every_steps', config.log_every_steps, 1)
   _at_least('eval_every_steps', config.eval_every_steps, 0)

@@ -24,14 +24,15 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Data ------------------------------------------------------------------
   config.data = ml_collections.ConfigDict()
-  config.data.source = 'shapes'  # shapes, folder, synthetic (tfds: later)
-  config.data.name = ''  # tfds data set name (tfds source only)
-  config.data.dir = ''  # data root; shapes: cache dir ('' = ~/.cache/imagetrain/shapes-v1)
-  config.data.manual_dir = ''  # tfds manual dir with downloaded archives
-  config.data.train_split = 'train'  # folder: sub-folder with training images
-  config.data.eval_split = 'val'  # folder: sub-folder with evaluation images
+  config.data.source = 'shapes'  # shapes, folder, tfds, synthetic
+  config.data.name = ''  # tfds data set name: imagenet2012, imagenette/320px-v2, imagenet_v2, ...
+  config.data.dir = ''  # data root; shapes: cache dir ('' = ~/.cache/imagetrain/shapes-v1); tfds: data dir ('' = $TFDS_DATA_DIR or ~/tensorflow_datasets)
+  config.data.manual_dir = ''  # tfds: downloaded archives to prepare data.name into data.dir (imagenet2012: ILSVRC2012_img_{train,val}.tar)
+  config.data.train_split = 'train'  # folder: sub-folder with training images; tfds: split, slices allowed (train[:99%])
+  config.data.eval_split = 'val'  # folder: sub-folder with evaluation images; tfds: split (imagenet2012: validation)
   config.data.image_size = 32  # training and evaluation resolution in pixels
-  config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip
+  config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip, inception_crop (random resized crop + flip)
+  config.data.eval_crop_fraction = 0.875  # tfds: eval centre square's side / shorter image side (0.875: resize to S/0.875, crop S)
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
   config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)
   config.data.prefetch_batches = 2  # host batches prepared ahead of the step
@@ -88,6 +89,12 @@ def get_config() -> ml_collections.ConfigDict:
   # Memory per device for the fit check; 0: what the device reports (the CPU
   # reports none, and then the check is skipped).
   config.runtime.device_memory_gib = 0.0
+
+  # --- Starting from another run (fine-tuning) ---------------------------------
+  config.init = ml_collections.ConfigDict()
+  config.init.from_workdir = ''  # another run's work dir: start from its parameters
+  config.init.checkpoint_step = -1  # its checkpoint to use; -1: latest
+  config.init.reset_head = False  # re-initialise the classifier (other classes)
 
   # --- Debugging (fault injection for tests; not for normal runs) -------------
   config.debug = ml_collections.ConfigDict()

@@ -114,3 +114,34 @@ def test_ctrl_c_saves_and_the_rerun_continues_with_identical_losses(tmp_path, sh
   assert f'Resuming from step {stopped_at}' in result.stderr
   losses = lambda w: {r['step']: r['loss'] for r in _records(w, 'train')}
   assert losses(interrupted) == losses(straight)  # bitwise: same floats
+
+
+def _three_class_folder(shapes_dir, root):
+  """A user's data set with other classes: three of the shapes classes."""
+  classes = sorted(os.listdir(os.path.join(shapes_dir, 'train')))[:3]
+  for split in ('train', 'val'):
+    os.makedirs(root / split)
+    for name in classes:
+      os.symlink(os.path.join(shapes_dir, split, name), root / split / f'my_{name}')
+  return str(root)
+
+
+def test_fine_tuning_from_a_checkpoint_with_a_new_head_trains(
+    trained_workdir, shapes_dir, tmp_path):
+  data = _three_class_folder(shapes_dir, tmp_path / 'mine')
+  flags = tiny_run_flags(data, **{'data.source': 'folder',
+                                  'init.from_workdir': trained_workdir})
+  refused = run_main(f'--workdir={tmp_path / "refused"}', *flags)
+  assert refused.returncode == 2
+  error = refused.stderr.strip().splitlines()[-1]
+  assert 'params/head/' in error and '(10,' in error and 'init.reset_head' in error
+  assert not os.path.exists(tmp_path / 'refused')
+
+  workdir = str(tmp_path / 'tuned')
+  result = run_main(f'--workdir={workdir}', *flags, '--config.init.reset_head=true')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'fresh: params/head/bias, params/head/kernel' in result.stderr
+  evals = _records(workdir, 'eval')
+  assert evals[-1]['num_examples'] == 180  # 3 classes x 60 validation images
+  train = _records(workdir, 'train')
+  assert train[-1]['loss'] < train[0]['loss']

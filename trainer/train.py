@@ -15,6 +15,7 @@ from cli.errors import RunFailure
 from trainer import checkpointing
 from trainer import device_input
 from trainer import evaluate
+from trainer import init_from
 from trainer import memory
 from trainer import metrics_log
 from trainer import preemption
@@ -94,6 +95,8 @@ def _initial_state(exp: setup.Experiment, checkpointer: checkpointing.Checkpoint
     return state
   state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
                                        exp.state_shardings, exp.config.seed)
+  if exp.config.init.from_workdir:
+    state = init_from.initialize_from(state, exp.config.init)
   logging.info('Initialised %s: %s parameters', exp.config.model.name,
                f'{state_lib.count_params(state.params):,}')
   return state
@@ -107,6 +110,8 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   # does not fit the device memory stops here with nothing written.
   train_fn = compile_train_step(exp)
   eval_fn = evaluate.compile_eval_step(exp)
+  if config.init.from_workdir:
+    init_from.check(exp.abstract_state, config.init)
   _prepare_workdir(exp, workdir)
   is_chief = jax.process_index() == 0
   log = metrics_log.MetricsLog(workdir, enabled=is_chief)

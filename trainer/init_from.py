@@ -1,0 +1,118 @@
+"""Starting a run from another run's checkpoint (fine-tuning).
+
+The source checkpoint's metadata says each array's shape; parameters and
+batch statistics whose path and shape match this run's are restored onto
+this run's shardings (any mesh), everything else keeps its fresh
+initialisation only where that is asked for: the classifier head, when
+`init.reset_head` is set, so that a model trained on one set of classes can be
+fine-tuned on another. Any other mismatch is an error naming the parameter
+path and both shapes. Optimiser state and the step start afresh.
+"""
+
+import os
+
+from absl import logging
+import jax
+import orbax.checkpoint as ocp
+
+from cli.errors import UsageError
+from trainer import checkpointing
+
+HEAD_PREFIX = 'head/'  # the classifier of every model in models/
+
+
+def _path_str(path) -> str:
+  return '/'.join(str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))))
+                  for k in path)
+
+
+def _flat(tree) -> dict:
+  return {_path_str(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def source_directory(init_from: str) -> str:
+  """The checkpoints folder of `init_from` (a work dir or its checkpoints/)."""
+  path = os.path.abspath(os.path.expanduser(init_from))
+  nested = os.path.join(path, checkpointing.LATEST_DIR)
+  return nested if os.path.isdir(nested) else path
+
+
+def _plan(state, init_config):
+  """What to restore from where; UsageError if the checkpoint does not fit.
+
+  `state` may be abstract (shapes and shardings only).
+  """
+  directory = source_directory(init_config.from_workdir)
+  manager = ocp.CheckpointManager(directory, item_handlers={
+      'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
+  steps = list(manager.all_steps())
+  if not steps:
+    raise UsageError(f'init.from_workdir={init_config.from_workdir}: no checkpoint '
+                     f'in {directory}')
+  step = init_config.checkpoint_step if init_config.checkpoint_step >= 0 else max(steps)
+  if step not in steps:
+    raise UsageError(f'init.checkpoint_step={step}: not in {directory}; available: '
+                     f'{", ".join(map(str, sorted(steps)))}')
+  source = manager.item_metadata(step)['state']
+
+  ours = _flat({'params': state.params, 'batch_stats': state.batch_stats})
+  theirs = _flat({'params': source['params'], 'batch_stats': source['batch_stats']})
+  mesh = jax.tree.leaves(state.params)[0].sharding.mesh
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  target, take = {}, set()
+  for path, meta in theirs.items():
+    mine = ours.get(path)
+    if mine is not None and tuple(mine.shape) == tuple(meta.shape):
+      target[path] = jax.ShapeDtypeStruct(mine.shape, mine.dtype, sharding=mine.sharding)
+      take.add(path)
+    elif init_config.reset_head and path.startswith('params/' + HEAD_PREFIX):
+      target[path] = jax.ShapeDtypeStruct(meta.shape, meta.dtype, sharding=replicated)
+    else:
+      mine_shape = 'absent' if mine is None else tuple(mine.shape)
+      hint = (' (a different number of classes? set init.reset_head=true)'
+              if path.startswith('params/' + HEAD_PREFIX) else '')
+      raise UsageError(f'init.from_workdir: parameter {path} has shape '
+                       f'{tuple(meta.shape)} in the checkpoint but {mine_shape} in '
+                       f'this model{hint}')
+  missing = sorted(set(ours) - set(theirs))
+  if missing:
+    raise UsageError(f'init.from_workdir: this model has parameters the '
+                     f'checkpoint lacks, e.g. {missing[0]}')
+  return manager, step, source, target, take, ours
+
+
+def check(abstract_state, init_config) -> None:
+  """Validates init.* against this run's state before anything is written."""
+  _plan(abstract_state, init_config)[0].close()
+
+
+def initialize_from(state, init_config):
+  """`state` with parameters and batch statistics taken from the source run."""
+  manager, step, source, target, take, ours = _plan(state, init_config)
+  directory = manager.directory
+  mesh = jax.tree.leaves(state.params)[0].sharding.mesh
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+  # Restore the whole saved tree (StandardRestore needs all of it); leaves we
+  # do not take (the optimiser state, a replaced head) land replicated and are
+  # dropped right away.
+  def to_target(path, meta):
+    name = _path_str(path)
+    if name in target:
+      return target[name]
+    return jax.ShapeDtypeStruct(meta.shape, meta.dtype, sharding=replicated)
+  full_target = jax.tree_util.tree_map_with_path(to_target, source)
+  restored = manager.restore(step, args=ocp.args.Composite(
+      state=ocp.args.StandardRestore(full_target)))['state']
+  manager.close()
+
+  loaded = _flat({'params': restored['params'], 'batch_stats': restored['batch_stats']})
+  def pick(path, fresh):
+    name = _path_str(path)
+    return loaded[name] if name in take else fresh
+  new = jax.tree_util.tree_map_with_path(
+      pick, {'params': state.params, 'batch_stats': state.batch_stats})
+  kept_fresh = sorted(set(ours) - take)
+  logging.info('Initialised from %s step %d: %d arrays restored, fresh: %s',
+               directory, step, len(take), ', '.join(kept_fresh) or 'none')
+  return state.replace(params=new['params'], batch_stats=new['batch_stats'])
