@@ -73,8 +73,11 @@ def main(argv):
   except (UsageError, DataError) as e:
     _fail_usage(e)
   except RunFailure as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(EXIT_FAILURE)
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    # Leave without interpreter teardown: orbax's background threads would
+    # print tracebacks of the same failure after our one line.
+    sys.stdout.flush()
+    os._exit(EXIT_FAILURE)  # pylint: disable=protected-access
   sys.exit(code)
 
 

@@ -1,7 +1,11 @@
-"""Failures mid-run: non-finite losses, and SIGKILL at any moment."""
+"""Failures mid-run: non-finite losses, SIGKILL at any moment, a full disk."""
 
+import json
 import os
+import subprocess
 import time
+
+import pytest
 
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_run_flags
@@ -74,3 +78,49 @@ def test_sigkill_during_and_between_saves_always_resumes_from_a_complete_checkpo
   assert result.returncode == 0, result.stderr[-3000:]
   assert f'Resuming from step {complete[-1]}' in result.stderr
   assert '12' in _checkpoint_names(workdir)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+  """An 8 MB tmpfs: a real full disk, which permissions cannot fake for root."""
+  mount_point = tmp_path / 'small'
+  mount_point.mkdir()
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=8m', 'tmpfs',
+                            str(mount_point)], capture_output=True)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.strip()!r}')
+  yield mount_point
+  subprocess.run(['umount', str(mount_point)], check=True)
+
+
+def _fill(directory):
+  with open(os.path.join(directory, 'filler'), 'wb') as f:
+    try:
+      while True:
+        f.write(b'\0' * 65536)
+        f.flush()
+    except OSError:
+      pass
+
+
+def test_disk_full_during_a_save_keeps_the_previous_checkpoint_loadable(
+    small_filesystem, shapes_dir):
+  workdir = str(small_filesystem / 'run')
+  process = run_main(f'--workdir={workdir}', *tiny_run_flags(
+      shapes_dir, num_train_steps=40, log_every_steps=1,
+      **{'checkpoint.every_steps': 2}), background=True)
+  deadline = time.time() + 300
+  while not os.path.isdir(os.path.join(workdir, 'checkpoints', '2')):
+    assert process.poll() is None and time.time() < deadline, process.communicate()[1][-9000:]
+    time.sleep(0.05)
+  _fill(small_filesystem)
+  _, stderr = process.communicate(timeout=300)
+
+  assert process.returncode == 1, stderr[-3000:]
+  error = stderr.strip().splitlines()[-1]
+  assert 'disk full' in error and 'step 2' in error and 'intact' in error
+
+  os.remove(small_filesystem / 'filler')
+  result = run_main(f'--workdir={workdir}', '--mode=eval')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert json.loads(result.stdout.strip().splitlines()[-1])['step'] == 2

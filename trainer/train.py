@@ -1,6 +1,7 @@
 """The training loop: restore or create state, step, log, evaluate, checkpoint."""
 
 import dataclasses
+import errno
 import functools
 import json
 import os
@@ -119,12 +120,49 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
       workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save,
       keep_best=config.checkpoint.keep_best)
   stop = preemption.StopRequest()
+  outcome, error = None, None
   try:
-    return _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop)
+    outcome = _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop)
+  except Exception as e:  # pylint: disable=broad-except
+    error = e
   finally:
     stop.restore_handlers()
-    checkpointer.close()  # waits for the last asynchronous save
-    log.close()
+  # Closing waits for the last asynchronous save, whose failure surfaces here.
+  for close in (checkpointer.close, log.close):
+    try:
+      close()
+    except Exception as e:  # pylint: disable=broad-except
+      error = error or e
+  if error is not None:
+    if _is_disk_full(error):
+      kept = checkpointing.Checkpointer(workdir, keep=config.checkpoint.keep).latest_step()
+      raise RunFailure(
+          f'disk full while writing to {workdir} ({_disk_full_cause(error)}); the '
+          f'last complete checkpoint (step {kept}) is intact: free space and '
+          'rerun the same command to resume') from error
+    raise error
+  return outcome
+
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _causes(error: BaseException):
+  while error is not None:
+    yield error
+    error = error.__cause__ or error.__context__
+
+
+def _is_disk_full(error: BaseException) -> bool:
+  return any(isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS
+             or 'No space left on device' in str(e) for e in _causes(error))
+
+
+def _disk_full_cause(error: BaseException) -> str:
+  for e in _causes(error):
+    if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
+      return e.strerror or str(e)
+  return 'No space left on device'
 
 
 def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome:
