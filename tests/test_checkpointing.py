@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from cli.errors import UsageError
 from tests.test_train_step import _config, build, run_steps
 from trainer import checkpointing
 
@@ -72,3 +73,18 @@ def test_an_unfinished_checkpoint_is_never_the_latest(tmp_path, trained):
   # What an interrupted save leaves behind: orbax's temporary directory.
   os.makedirs(tmp_path / checkpointing.LATEST_DIR / '5.orbax-checkpoint-tmp' / 'state')
   assert checkpointing.Checkpointer(str(tmp_path), keep=3).latest_step() == 1
+
+
+def test_restoring_into_another_shape_names_the_parameter_and_both_shapes(tmp_path, trained):
+  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  checkpointer.save(2, trained, {'step': 2})
+  checkpointer.wait()
+  shardings = jax.tree.map(lambda x: x.sharding, trained)
+  target = _abstract_like(trained, shardings)
+  kernel = target.params['head']['kernel']
+  target.params['head']['kernel'] = jax.ShapeDtypeStruct(
+      (kernel.shape[0], 7), kernel.dtype, sharding=kernel.sharding)
+  with pytest.raises(UsageError, match=r'params/head/kernel has shape \(64, 5\) in '
+                     r'the checkpoint but \(64, 7\)'):
+    checkpointer.restore(2, target)
+  checkpointer.close()

@@ -12,7 +12,10 @@ count restores onto another.
 import os
 
 from absl import logging
+import jax
 import orbax.checkpoint as ocp
+
+from cli.errors import UsageError
 
 LATEST_DIR = 'checkpoints'
 BEST_DIR = 'checkpoints_best'
@@ -26,7 +29,36 @@ def _manager(directory: str, *, keep: int, async_save: bool,
       create=True,
       best_fn=(lambda metrics: metrics['accuracy']) if keep_best else None,
       best_mode='max')
-  return ocp.CheckpointManager(os.path.abspath(directory), options=options)
+  return ocp.CheckpointManager(os.path.abspath(directory), options=options,
+                               item_handlers=item_handlers())
+
+
+def item_handlers() -> dict:
+  """How each item of a checkpoint is stored; lets metadata be read alone."""
+  return {'state': ocp.StandardCheckpointHandler(),
+          'meta': ocp.JsonCheckpointHandler()}
+
+
+def path_str(path) -> str:
+  """'params/head/kernel' for a jax key path."""
+  return '/'.join(str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))))
+                  for k in path)
+
+
+def flatten(tree) -> dict:
+  """{'params/head/kernel': leaf} for every leaf of `tree`."""
+  return {path_str(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def check_shapes(saved, expected, source: str) -> None:
+  """UsageError naming the first array whose saved shape is not the expected."""
+  saved, expected = flatten(saved), flatten(expected)
+  for path, want in expected.items():
+    have = saved.get(path)
+    if have is None or tuple(have.shape) != tuple(want.shape):
+      found = 'absent' if have is None else tuple(have.shape)
+      raise UsageError(f'{source}: {path} has shape {found} in the checkpoint but '
+                       f'{tuple(want.shape)} in this run')
 
 
 class Checkpointer:
@@ -65,6 +97,8 @@ class Checkpointer:
 
   def restore(self, step: int, abstract_state):
     """(state, meta) of checkpoint `step`, laid out as `abstract_state` says."""
+    check_shapes(self._latest.item_metadata(step)['state'], abstract_state,
+                 f'checkpoint {step} in {self._latest.directory}')
     restored = self._latest.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state),
         meta=ocp.args.JsonRestore()))

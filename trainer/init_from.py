@@ -21,15 +21,6 @@ from trainer import checkpointing
 HEAD_PREFIX = 'head/'  # the classifier of every model in models/
 
 
-def _path_str(path) -> str:
-  return '/'.join(str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))))
-                  for k in path)
-
-
-def _flat(tree) -> dict:
-  return {_path_str(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
 def source_directory(init_from: str) -> str:
   """The checkpoints folder of `init_from` (a work dir or its checkpoints/)."""
   path = os.path.abspath(os.path.expanduser(init_from))
@@ -43,8 +34,8 @@ def _plan(state, init_config):
   `state` may be abstract (shapes and shardings only).
   """
   directory = source_directory(init_config.from_workdir)
-  manager = ocp.CheckpointManager(directory, item_handlers={
-      'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
+  manager = ocp.CheckpointManager(directory,
+                                  item_handlers=checkpointing.item_handlers())
   steps = list(manager.all_steps())
   if not steps:
     raise UsageError(f'init.from_workdir={init_config.from_workdir}: no checkpoint '
@@ -55,8 +46,8 @@ def _plan(state, init_config):
                      f'{", ".join(map(str, sorted(steps)))}')
   source = manager.item_metadata(step)['state']
 
-  ours = _flat({'params': state.params, 'batch_stats': state.batch_stats})
-  theirs = _flat({'params': source['params'], 'batch_stats': source['batch_stats']})
+  ours = checkpointing.flatten({'params': state.params, 'batch_stats': state.batch_stats})
+  theirs = checkpointing.flatten({'params': source['params'], 'batch_stats': source['batch_stats']})
   mesh = jax.tree.leaves(state.params)[0].sharding.mesh
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   target, take = {}, set()
@@ -97,7 +88,7 @@ def initialize_from(state, init_config):
   # do not take (the optimiser state, a replaced head) land replicated and are
   # dropped right away.
   def to_target(path, meta):
-    name = _path_str(path)
+    name = checkpointing.path_str(path)
     if name in target:
       return target[name]
     return jax.ShapeDtypeStruct(meta.shape, meta.dtype, sharding=replicated)
@@ -106,9 +97,9 @@ def initialize_from(state, init_config):
       state=ocp.args.StandardRestore(full_target)))['state']
   manager.close()
 
-  loaded = _flat({'params': restored['params'], 'batch_stats': restored['batch_stats']})
+  loaded = checkpointing.flatten({'params': restored['params'], 'batch_stats': restored['batch_stats']})
   def pick(path, fresh):
-    name = _path_str(path)
+    name = checkpointing.path_str(path)
     return loaded[name] if name in take else fresh
   new = jax.tree_util.tree_map_with_path(
       pick, {'params': state.params, 'batch_stats': state.batch_stats})
