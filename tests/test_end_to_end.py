@@ -90,7 +90,17 @@ def _wait_for_train_record(workdir, min_step, process, timeout=300):
   raise TimeoutError('training made no progress')
 
 
-def test_ctrl_c_saves_and_the_rerun_continues_with_identical_losses(tmp_path, shapes_dir):
+def _interrupt(workdir, process, after_step, sig):
+  """Sends `sig` once training passed `after_step`; returns the step it stopped at."""
+  _wait_for_train_record(workdir, after_step, process)
+  process.send_signal(sig)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 75, stderr[-3000:]
+  return max(r['step'] for r in _records(workdir, 'train'))
+
+
+def test_ctrl_c_and_sigterm_save_and_reruns_continue_with_identical_losses(
+    tmp_path, shapes_dir):
   flags = dict(num_train_steps=12, log_every_steps=1, eval_every_steps=100,
                **{'checkpoint.every_steps': 100})
   straight = str(tmp_path / 'straight')
@@ -100,18 +110,19 @@ def test_ctrl_c_saves_and_the_rerun_continues_with_identical_losses(tmp_path, sh
   interrupted = str(tmp_path / 'interrupted')
   process = run_main(f'--workdir={interrupted}', *tiny_run_flags(shapes_dir, **flags),
                      background=True)
-  _wait_for_train_record(interrupted, 3, process)
-  process.send_signal(signal.SIGINT)
-  _, stderr = process.communicate(timeout=300)
-  assert process.returncode == 75, stderr[-3000:]
-  stopped_at = max(r['step'] for r in _records(interrupted, 'train'))
-  assert stopped_at < 12
-  assert os.listdir(os.path.join(interrupted, 'checkpoints')) == [str(stopped_at)]
+  first_stop = _interrupt(interrupted, process, 3, signal.SIGINT)  # Ctrl-C
+  assert first_stop < 12
+  assert os.listdir(os.path.join(interrupted, 'checkpoints')) == [str(first_stop)]
 
   # The same command again, no --config: the saved config.json is the base.
+  # This time a preemption notice (SIGTERM) stops it.
+  process = run_main(f'--workdir={interrupted}', background=True)
+  second_stop = _interrupt(interrupted, process, first_stop + 2, signal.SIGTERM)
+  assert first_stop < second_stop < 12
+
   result = run_main(f'--workdir={interrupted}')
   assert result.returncode == 0, result.stderr[-3000:]
-  assert f'Resuming from step {stopped_at}' in result.stderr
+  assert f'Resuming from step {second_stop}' in result.stderr
   losses = lambda w: {r['step']: r['loss'] for r in _records(w, 'train')}
   assert losses(interrupted) == losses(straight)  # bitwise: same floats
 
