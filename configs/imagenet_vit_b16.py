@@ -17,6 +17,7 @@ def get_config():
   config.model.dtype = 'bfloat16'
   config.data.source = 'tfds'
   config.data.name = 'imagenet2012'
+  config.data.eval_split = 'validation'  # all 50,000 images, pad + mask
   config.data.image_size = 224
   config.data.augment = 'inception_crop'
   config.batch_size = 1024

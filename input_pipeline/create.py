@@ -6,6 +6,7 @@ from input_pipeline import folder
 from input_pipeline import shapes
 from input_pipeline import synthetic
 from input_pipeline.dataset import Dataset
+from input_pipeline.errors import DataError
 from input_pipeline.validate import check_data_config
 
 
@@ -21,8 +22,10 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
     seed: the run's seed; training order and augmentation derive from it.
     process_index: this process, in [0, process_count).
     process_count: processes that share each global batch.
-    class_map_path: JSON class -> label map (folder and shapes): used if it
-      exists, written otherwise. None: labels are the sorted class folders.
+    class_map_path: JSON class -> label map. Folder and shapes: used if it
+      exists, written otherwise; None: labels are the sorted class folders.
+      tfds: the data set fixes the labels, and a map that disagrees is an
+      error.
 
   Raises:
     DataError: the data cannot be used (see `check_data_config`).
@@ -37,6 +40,9 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
         num_examples=data_config.num_synthetic_examples,
         num_classes=data_config.num_synthetic_classes,
         image_size=data_config.image_size, **common)
+
+  if data_config.source == 'tfds':
+    return _create_tfds(data_config, class_map_path, **common)
 
   if data_config.source == 'shapes':
     root = shapes.ensure(data_config.dir or None)
@@ -53,4 +59,23 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
   return files_dataset.FilesDataset(
       train=train, evaluation=evaluation, class_names=class_names,
       image_size=data_config.image_size, augment=data_config.augment,
+      prefetch_batches=data_config.prefetch_batches, **common)
+
+
+def _create_tfds(data_config, class_map_path: str | None, **common) -> Dataset:
+  # Imported here: TensorFlow and tfds take seconds to import.
+  # pylint: disable-next=g-import-not-at-top
+  from input_pipeline import tfds_dataset, tfds_source
+  source = tfds_source.open_source(data_config, common['process_count'])
+  if class_map_path and os.path.exists(class_map_path):
+    saved = folder.read_class_map(class_map_path)
+    if saved != {name: i for i, name in enumerate(source.class_names)}:
+      raise DataError(
+          f'the classes of {data_config.name} differ from those saved in '
+          f'{class_map_path}: this work dir was trained on other data')
+  return tfds_dataset.TfdsDataset(
+      source=source, train_split=data_config.train_split,
+      eval_split=data_config.eval_split, image_size=data_config.image_size,
+      augment=data_config.augment,
+      eval_crop_fraction=data_config.eval_crop_fraction,
       prefetch_batches=data_config.prefetch_batches, **common)

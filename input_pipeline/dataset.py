@@ -24,6 +24,9 @@ class Dataset(abc.ABC):
     num_train_examples: examples in the training split (all processes).
     num_eval_examples: examples in the evaluation split (all processes).
     num_eval_batches: batches `eval_batches` yields, the same on every process.
+
+  Examples that cannot be decoded (a corrupt or truncated image) are skipped
+  and counted, never fatal: see `skipped_counts`.
   """
 
   def __init__(self, *, class_names: list[str], num_train_examples: int,
@@ -44,6 +47,20 @@ class Dataset(abc.ABC):
     self.seed = seed
     self.process_index = process_index
     self.process_count = process_count
+    # Updated by the sources that decode files as their batches are produced.
+    self._skipped = {'train': 0, 'eval': 0}
+
+  def skipped_counts(self) -> dict[str, int]:
+    """Unreadable examples that this process skipped, by split.
+
+    'train': since this Dataset was made, over the batches handed out so far
+    (including those a prefetcher holds). Such a training batch is still
+    full: the step's readable examples fill the slots of the skipped ones.
+    'eval': in the evaluation pass in progress or the last one completed;
+    those examples are masked out, so the examples a pass evaluates plus
+    these, summed over processes, are `num_eval_examples`.
+    """
+    return dict(self._skipped)
 
   @abc.abstractmethod
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:

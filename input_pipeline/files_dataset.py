@@ -2,19 +2,22 @@
 
 Order and sharding come from `order.py` (numpy, a pure function of seed and
 step); tf.data only decodes and augments the examples it is told to, in
-parallel but in deterministic order, and prefetches whole host batches.
+parallel but in deterministic order, skipping files that fail to decode
+(`step_batches.py`), and prefetches whole host batches.
 """
 
 import itertools
 from collections.abc import Iterator
 
+from input_pipeline import crops
+from input_pipeline import example_seeds
 from input_pipeline import order
 from input_pipeline import preprocess
+from input_pipeline import step_batches
 from input_pipeline.dataset import Batch, Dataset
 from input_pipeline.folder import ImageFiles
 from input_pipeline.tf_setup import tf
-
-AUTOTUNE = tf.data.AUTOTUNE
+from input_pipeline.validate import AUGMENTATIONS
 
 
 class FilesDataset(Dataset):
@@ -24,9 +27,9 @@ class FilesDataset(Dataset):
                class_names: list[str], image_size: int, augment: str,
                prefetch_batches: int, batch_size: int, eval_batch_size: int,
                seed: int, process_index: int = 0, process_count: int = 1):
-    if augment not in preprocess.AUGMENTATIONS:
+    if augment not in AUGMENTATIONS:
       raise ValueError(f'unknown augmentation {augment!r}; one of '
-                       f'{preprocess.AUGMENTATIONS}')
+                       f'{AUGMENTATIONS}')
     super().__init__(
         class_names=class_names, num_train_examples=len(train),
         num_eval_examples=len(evaluation), batch_size=batch_size,
@@ -38,13 +41,14 @@ class FilesDataset(Dataset):
     self._augment = augment
     self._prefetch_batches = prefetch_batches
 
-  def _finish(self, ds: tf.data.Dataset, local_batch: int) -> Iterator[Batch]:
-    ds = ds.batch(local_batch, drop_remainder=True)
-    if self._prefetch_batches > 0:
-      ds = ds.prefetch(self._prefetch_batches)
-    options = tf.data.Options()
-    options.deterministic = True
-    return ds.with_options(options).as_numpy_iterator()
+  def _batches(self, steps: tf.data.Dataset, load, local_batch: int,
+               split: str, expected, num_steps=None) -> Iterator[Batch]:
+    batches = step_batches.build(steps, load, local_batch=local_batch,
+                                 prefetch=self._prefetch_batches)
+    return step_batches.host_batches(
+        batches, split=split, local_batch=local_batch,
+        image_size=self._image_size, skipped=self._skipped, expected=expected,
+        num_steps=num_steps)
 
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
     stream = order.TrainOrder(self.num_train_examples, self.seed)
@@ -55,27 +59,38 @@ class FilesDataset(Dataset):
       for step in itertools.count(start_step):
         positions = order.train_positions(
             step, self.batch_size, self.process_index, self.process_count)
-        yield positions, stream.example_indices(positions)
+        crop_seeds, flips = example_seeds.crop_seeds_and_flips(
+            self.seed, positions)
+        yield {'position': positions, 'crop_seed': crop_seeds, 'flip': flips,
+               'index': stream.example_indices(positions)}
 
-    spec = tf.TensorSpec([self.local_batch_size], tf.int64)
-    ds = tf.data.Dataset.from_generator(
-        positions_and_indices, output_signature=(spec, spec)).unbatch()
+    local = self.local_batch_size
+    steps = tf.data.Dataset.from_generator(
+        positions_and_indices, output_signature={
+            'position': tf.TensorSpec([local], tf.int64),
+            'index': tf.TensorSpec([local], tf.int64),
+            'crop_seed': tf.TensorSpec([local, 2], tf.int64),
+            'flip': tf.TensorSpec([local], tf.bool)})
     paths = tf.constant(self._train.paths)
     labels = tf.constant(self._train.labels)
     seed = tf.constant(self.seed, tf.int64)
 
-    def load(position, index):
-      image = preprocess.resize(
-          preprocess.decode(tf.gather(paths, index)), self._image_size)
+    def load(example):
+      path = tf.gather(paths, example['index'])
       # Augmentation keyed by the stream position, not by the example or the
       # worker: the same step gives the same pixels on any resume and any
       # process count.
-      image = preprocess.augment(
-          image, self._augment, tf.stack([seed, position]))
-      return {'image': image, 'label': tf.gather(labels, index)}
+      if self._augment == 'inception_crop':
+        image = crops.inception_crop(tf.io.read_file(path), self._image_size,
+                                     example['crop_seed'], example['flip'])
+      else:
+        image = preprocess.augment(
+            preprocess.resize(preprocess.decode(path), self._image_size),
+            self._augment, tf.stack([seed, example['position']]))
+      return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    ds = ds.map(load, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return self._finish(ds, self.local_batch_size)
+    return self._batches(steps, load, self.local_batch_size, 'train',
+                         step_batches.train_expected(self, start_step))
 
   def eval_batches(self) -> Iterator[Batch]:
     indices, mask = order.eval_indices(
@@ -83,13 +98,15 @@ class FilesDataset(Dataset):
         self.process_count)
     paths = tf.constant(self._eval.paths)
     labels = tf.constant(self._eval.labels)
+    self._skipped['eval'] = 0
 
-    def load(index, valid):
+    def load(example):
       image = preprocess.resize(
-          preprocess.decode(tf.gather(paths, index)), self._image_size)
-      return {'image': image, 'label': tf.gather(labels, index), 'mask': valid}
+          preprocess.decode(tf.gather(paths, example['index'])),
+          self._image_size)
+      return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    ds = tf.data.Dataset.from_tensor_slices(
-        (indices.reshape(-1), mask.reshape(-1)))
-    ds = ds.map(load, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return self._finish(ds, self.local_eval_batch_size)
+    steps = tf.data.Dataset.from_tensor_slices(
+        {'index': indices, 'mask': mask})
+    return self._batches(steps, load, self.local_eval_batch_size, 'eval',
+                         lambda j: (indices[j], mask[j]), len(indices))

@@ -79,7 +79,7 @@ def list_images(split_dir: str, class_map: dict[str, int]) -> ImageFiles:
   return ImageFiles(paths, np.asarray(labels, np.int32))
 
 
-def _read_class_map(path: str) -> dict[str, int]:
+def read_class_map(path: str) -> dict[str, int]:
   try:
     with open(path) as f:
       class_map = json.load(f)
@@ -122,7 +122,7 @@ def class_map_for(train_dir: str, class_map_path: str | None) -> dict[str, int]:
     raise DataError(f'no class folders in {train_dir}: expected '
                     f'{train_dir}/<class>/*.jpg or *.png')
   if class_map_path and os.path.exists(class_map_path):
-    saved = _read_class_map(class_map_path)
+    saved = read_class_map(class_map_path)
     if sorted(saved) != classes:
       raise DataError(
           f'the classes in {train_dir} ({", ".join(classes)}) differ from '

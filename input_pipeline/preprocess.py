@@ -5,7 +5,7 @@ float32 and the host does less work per image.
 """
 
 from input_pipeline.tf_setup import tf
-from input_pipeline.validate import AUGMENTATIONS
+from input_pipeline.validate import RESIZED_AUGMENTATIONS
 
 
 def decode(path: tf.Tensor) -> tf.Tensor:
@@ -39,9 +39,10 @@ def augment(image: tf.Tensor, kind: str, seed: tf.Tensor) -> tf.Tensor:
     seed: int64 [2]; the stateless ops make the result a pure function of it,
       which is what lets a resumed run reproduce augmentation bit for bit.
   """
-  if kind not in AUGMENTATIONS:
+  if kind not in RESIZED_AUGMENTATIONS:
+    # inception_crop is not here: it crops the encoded image (crops.py).
     raise ValueError(
-        f'unknown augmentation {kind!r}; one of {AUGMENTATIONS}')
+        f'unknown augmentation {kind!r}; one of {RESIZED_AUGMENTATIONS}')
   if kind == 'none':
     return image
   crop_seed, flip_seed = tf.unstack(

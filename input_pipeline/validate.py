@@ -8,11 +8,15 @@ minutes of imports and device start-up.
 import os
 
 from input_pipeline import shapes
+from input_pipeline import tfds_check
 from input_pipeline.errors import DataError
 
-SOURCES = ('shapes', 'folder', 'synthetic')
-# Here rather than in preprocess.py, which needs TensorFlow.
-AUGMENTATIONS = ('none', 'flip', 'crop_flip')
+SOURCES = ('shapes', 'folder', 'synthetic', 'tfds')
+# Here rather than in preprocess.py, which needs TensorFlow. The first three
+# work on a decoded image at its final size; inception_crop works on the
+# encoded image (crops.py).
+RESIZED_AUGMENTATIONS = ('none', 'flip', 'crop_flip')
+AUGMENTATIONS = RESIZED_AUGMENTATIONS + ('inception_crop',)
 
 
 def _check_splits(root: str, splits: tuple[str, str]) -> None:
@@ -28,12 +32,10 @@ def check_data_config(data_config) -> None:
 
   Checks values and the presence of folders; listing and decoding images is
   left to `create_dataset`. For `shapes` an absent cache is fine: it is
-  generated on first use.
+  generated on first use; for `tfds` an unprepared data set is fine if
+  data.manual_dir holds what it is prepared from.
   """
   source = data_config.source
-  if source == 'tfds':
-    raise DataError("data.source='tfds' is not implemented yet; use one of "
-                    f'{", ".join(SOURCES)}')
   if source not in SOURCES:
     raise DataError(f'unknown data.source={source!r}; one of '
                     f'{", ".join(SOURCES)}')
@@ -68,6 +70,8 @@ def check_data_config(data_config) -> None:
           f'{root}/{data_config.train_split}/<class>/*.jpg and '
           f'{root}/{data_config.eval_split}/<class>/*.jpg')
     _check_splits(root, (data_config.train_split, data_config.eval_split))
+  elif source == 'tfds':
+    tfds_check.check(data_config)
   elif source == 'shapes':
     root = os.path.expanduser(data_config.dir or shapes.default_dir())
     # Absent or empty: generated on first use. Otherwise it must look like

@@ -5,6 +5,7 @@ import json
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from cli.errors import UsageError
@@ -31,12 +32,25 @@ def run_evaluation(exp: setup.Experiment, eval_fn, state) -> dict:
       totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
   totals = jax.device_get(totals)
   count = int(totals['count'])
+  # Unreadable images are masked out of the metrics and counted apart, so
+  # that num_examples + num_unreadable is always the whole split.
+  unreadable = _sum_over_processes(exp.dataset.skipped_counts()['eval'])
+  if count + unreadable != exp.dataset.num_eval_examples:
+    logging.error('Evaluation saw %d readable + %d unreadable examples but the '
+                  'split has %d', count, unreadable, exp.dataset.num_eval_examples)
   return {
       'loss': float(totals['loss_sum']) / max(count, 1),
       'accuracy': float(totals['correct']) / max(count, 1),
       'top5': float(totals['correct_top5']) / max(count, 1),
       'num_examples': count,
+      'num_unreadable': unreadable,
   }
+
+
+def _sum_over_processes(value: int) -> int:
+  if jax.process_count() == 1:
+    return int(value)
+  return int(np.sum(multihost_utils.process_allgather(np.int64(value))))
 
 
 def summary_json(summary: dict) -> str:

@@ -224,7 +224,9 @@ def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome
       log.write({'step': step, 'split': 'train', **summary,
                  'images_per_sec': config.batch_size / step_time,
                  'step_time_s': step_time,
-                 'input_wait_s': batches.pop_wait_s() / steps_done})
+                 'input_wait_s': batches.pop_wait_s() / steps_done,
+                 # unreadable training images so far (this process's reads)
+                 'num_skipped': exp.dataset.skipped_counts()['train']})
       logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | ETA %s',
                    step, total, summary['loss'], summary['accuracy'],
                    config.batch_size / step_time,

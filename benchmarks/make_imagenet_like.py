@@ -1,0 +1,105 @@
+"""Writes a tfds data set of ImageNet-like JPEGs for the input benchmark.
+
+The images cost what ImageNet's cost to decode: 500x375 px (ImageNet's most
+common size), JPEG quality 90 with 4:2:0 chroma, and content made of smooth
+colour fields plus pixel noise, tuned so that files average over 85 KB
+(ImageNet's training JPEGs average about 110 KB). Noise is what makes a JPEG
+large and slow to decode; smooth fields alone would compress to a few KB.
+
+    python benchmarks/make_imagenet_like.py --data_dir=/tmp/imagenet_like
+
+prints one JSON line (file sizes, counts) and writes it to
+<data_dir>/imagenet_like_stats.json, then `benchmarks/input_pipeline.py`
+reads the data set as `data.source='tfds'`, `data.name='imagenet_like'`.
+"""
+
+import argparse
+import io
+import json
+import multiprocessing
+import os
+import sys
+import time
+
+import numpy as np
+from PIL import Image
+
+NAME = 'imagenet_like'
+VERSION = '1.0.0'
+WIDTH, HEIGHT = 500, 375
+QUALITY = 90
+NUM_CLASSES = 1000
+# Pixel noise (standard deviation, per channel) drawn per image: at quality
+# 90 this range gives files of about 75-105 KB, 90 KB on average.
+NOISE_RANGE = (14.0, 22.0)
+
+
+def render(rng: np.random.Generator) -> np.ndarray:
+  """uint8 [HEIGHT, WIDTH, 3]: smooth colour fields plus pixel noise."""
+  cells_y, cells_x = rng.integers(2, 6, size=2)
+  grid = rng.uniform(0, 255, (cells_y, cells_x, 3)).astype(np.uint8)
+  fields = np.asarray(Image.fromarray(grid).resize(
+      (WIDTH, HEIGHT), Image.Resampling.BICUBIC), np.float32)
+  noise = rng.normal(0, rng.uniform(*NOISE_RANGE), fields.shape)
+  return np.clip(fields + noise, 0, 255).astype(np.uint8)
+
+
+def encode(split_and_index: tuple[int, int], seed: int = 0) -> bytes:
+  """The JPEG of example `index` of a split: a pure function of its identity."""
+  rng = np.random.default_rng([seed, *split_and_index])
+  buffer = io.BytesIO()
+  Image.fromarray(render(rng)).save(buffer, 'JPEG', quality=QUALITY)
+  return buffer.getvalue()
+
+
+def _examples(pool, split_id: int, count: int, sizes: list[int]):
+  jobs = [(split_id, i) for i in range(count)]
+  for i, jpeg in enumerate(pool.imap(encode, jobs, chunksize=16)):
+    sizes.append(len(jpeg))
+    yield i, {'image': jpeg, 'label': i % NUM_CLASSES}
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--data_dir', required=True,
+                      help='tfds data dir to write imagenet_like/ into')
+  parser.add_argument('--num_train', type=int, default=2048)
+  parser.add_argument('--num_eval', type=int, default=2048)
+  parser.add_argument('--file_format', default='array_record',
+                      choices=('array_record', 'tfrecord'))
+  parser.add_argument('--workers', type=int, default=os.cpu_count())
+  args = parser.parse_args(argv)
+
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  features = tfds.features.FeaturesDict({
+      'image': tfds.features.Image(encoding_format='jpeg'),
+      'label': tfds.features.ClassLabel(num_classes=NUM_CLASSES),
+  })
+  sizes = []
+  start = time.perf_counter()
+  with multiprocessing.Pool(args.workers) as pool:
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name=NAME, version=VERSION, features=features,
+        split_datasets={
+            'train': _examples(pool, 0, args.num_train, sizes),
+            'validation': _examples(pool, 1, args.num_eval, sizes)},
+        data_dir=args.data_dir, file_format=args.file_format,
+        disable_shuffling=True)
+  stats = {
+      'data_dir': os.path.abspath(args.data_dir), 'name': NAME,
+      'file_format': args.file_format, 'num_train': args.num_train,
+      'num_eval': args.num_eval, 'width': WIDTH, 'height': HEIGHT,
+      'quality': QUALITY, 'mean_file_kb': round(np.mean(sizes) / 1000, 1),
+      'min_file_kb': round(min(sizes) / 1000, 1),
+      'max_file_kb': round(max(sizes) / 1000, 1),
+      'seconds': round(time.perf_counter() - start, 1),
+  }
+  with open(os.path.join(args.data_dir, f'{NAME}_stats.json'), 'w') as f:
+    json.dump(stats, f)
+  print(json.dumps(stats))
+  return stats
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

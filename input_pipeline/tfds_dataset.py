@@ -1,0 +1,147 @@
+"""A Dataset over a prepared tfds image-classification data set (ImageNet).
+
+The stream is the one of every file-backed source: `order.py` picks the
+example indices of each step (a pure function of seed and step, one disjoint
+share per process), a Python generator reads exactly those raw records, and
+tf.data parses, decodes and crops them in parallel (`crops.py`), skipping
+the ones that fail (`step_batches.py`). Nothing is shuffled or skipped in
+tf.data, so resuming at step k costs nothing: the generator starts at k.
+"""
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+
+from input_pipeline import crops
+from input_pipeline import example_seeds
+from input_pipeline import order
+from input_pipeline import preprocess
+from input_pipeline import step_batches
+from input_pipeline.dataset import Batch, Dataset
+from input_pipeline.tf_setup import tf
+from input_pipeline.tfds_source import TfdsSource
+from input_pipeline.validate import AUGMENTATIONS
+
+
+class TfdsDataset(Dataset):
+  """Training and evaluation batches read from a tfds data source."""
+
+  def __init__(self, *, source: TfdsSource, train_split: str, eval_split: str,
+               image_size: int, augment: str, eval_crop_fraction: float,
+               prefetch_batches: int, batch_size: int, eval_batch_size: int,
+               seed: int, process_index: int = 0, process_count: int = 1):
+    if augment not in AUGMENTATIONS:
+      raise ValueError(f'unknown augmentation {augment!r}; one of '
+                       f'{AUGMENTATIONS}')
+    self._source = source
+    self._train = source.records(train_split)
+    self._eval = source.records(eval_split)
+    # The record counts come from the readers, not from the split metadata,
+    # which a split slice or tfds.testing.mock_data may leave empty.
+    super().__init__(
+        class_names=source.class_names, num_train_examples=len(self._train),
+        num_eval_examples=len(self._eval), batch_size=batch_size,
+        eval_batch_size=eval_batch_size, seed=seed,
+        process_index=process_index, process_count=process_count)
+    self._image_size = image_size
+    self._augment = augment
+    self._eval_crop_fraction = eval_crop_fraction
+    self._prefetch_batches = prefetch_batches
+    self._jpeg_only = source.is_jpeg_only()
+
+  def _steps(self, generate, local_batch: int, eval_mode: bool):
+    spec = {'record': tf.TensorSpec([local_batch], tf.string)}
+    if eval_mode:
+      spec['mask'] = tf.TensorSpec([local_batch], tf.bool)
+    else:
+      spec['position'] = tf.TensorSpec([local_batch], tf.int64)
+      spec['crop_seed'] = tf.TensorSpec([local_batch, 2], tf.int64)
+      spec['flip'] = tf.TensorSpec([local_batch], tf.bool)
+    return tf.data.Dataset.from_generator(generate, output_signature=spec)
+
+  def _eval_view(self, encoded: tf.Tensor) -> tf.Tensor:
+    return crops.center_crop(encoded, self._image_size,
+                             self._eval_crop_fraction, self._jpeg_only)
+
+  def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
+    stream = order.TrainOrder(self.num_train_examples, self.seed)
+    records = self._train
+
+    def generate():
+      # Cheap Python once per step: the indices and their raw bytes. All
+      # per-example work is left to tf.data's threads.
+      for step in itertools.count(start_step):
+        positions = order.train_positions(
+            step, self.batch_size, self.process_index, self.process_count)
+        indices = stream.example_indices(positions)
+        crop_seeds, flips = example_seeds.crop_seeds_and_flips(
+            self.seed, positions)
+        yield {'position': positions, 'crop_seed': crop_seeds,
+               'flip': flips, 'record': _read(records, indices)}
+
+    seed = tf.constant(self.seed, tf.int64)
+
+    def load(example):
+      encoded, label = self._source.parse(example['record'])
+      # Randomness keyed by the stream position, not by the example or the
+      # process: the same step gives the same pixels on any resume and any
+      # process count.
+      if self._augment == 'inception_crop':
+        image = crops.inception_crop(
+            encoded, self._image_size, example['crop_seed'], example['flip'],
+            self._jpeg_only)
+      else:
+        image = preprocess.augment(self._eval_view(encoded), self._augment,
+                                   tf.stack([seed, example['position']]))
+      return {'image': image, 'label': label}
+
+    batches = step_batches.build(
+        self._steps(generate, self.local_batch_size, eval_mode=False), load,
+        local_batch=self.local_batch_size, prefetch=self._prefetch_batches)
+    return step_batches.host_batches(
+        batches, split='train', local_batch=self.local_batch_size,
+        image_size=self._image_size, skipped=self._skipped,
+        expected=step_batches.train_expected(self, start_step))
+
+  def eval_batches(self) -> Iterator[Batch]:
+    indices, mask = order.eval_indices(
+        self.num_eval_examples, self.eval_batch_size, self.process_index,
+        self.process_count)
+    records = self._eval
+    self._skipped['eval'] = 0
+
+    def generate():
+      for batch_indices, batch_mask in zip(indices, mask):
+        # Padding slots read example 0 again; their mask hides it.
+        yield {'mask': batch_mask, 'record': _read(records, batch_indices)}
+
+    def load(example):
+      encoded, label = self._source.parse(example['record'])
+      return {'image': self._eval_view(encoded), 'label': label}
+
+    batches = step_batches.build(
+        self._steps(generate, self.local_eval_batch_size, eval_mode=True),
+        load, local_batch=self.local_eval_batch_size,
+        prefetch=self._prefetch_batches)
+    return step_batches.host_batches(
+        batches, split='eval', local_batch=self.local_eval_batch_size,
+        image_size=self._image_size, skipped=self._skipped,
+        expected=lambda j: (indices[j], mask[j]), num_steps=len(indices))
+
+
+def _read(records, indices: np.ndarray) -> np.ndarray:
+  """Raw records at `indices`; b'' (parsed as unreadable) for failed reads."""
+  keys = [int(i) for i in indices]
+  try:
+    return np.array(records.__getitems__(keys), dtype=object)
+  except Exception:  # pylint: disable=broad-except
+    # One bad chunk must not take the step down: retry record by record, so
+    # that only the records that fail become unreadable examples.
+    out = []
+    for key in keys:
+      try:
+        out.append(records[key])
+      except Exception:  # pylint: disable=broad-except
+        out.append(b'')
+    return np.array(out, dtype=object)

@@ -1,0 +1,219 @@
+"""Specification of the ImageNet transforms, the seeds, and the record index."""
+
+import io
+import itertools
+import os
+import struct
+
+import numpy as np
+from PIL import Image
+import pytest
+
+from configs import default
+import input_pipeline
+from input_pipeline import example_seeds
+
+
+def _encode(array: np.ndarray, fmt: str = 'JPEG') -> bytes:
+  buffer = io.BytesIO()
+  Image.fromarray(array).save(buffer, fmt, quality=95)
+  return buffer.getvalue()
+
+
+def _gradient(height: int, width: int) -> np.ndarray:
+  """Red grows down the rows, green along the columns: position is visible."""
+  rows = np.linspace(0, 255, height)[:, None].repeat(width, 1)
+  cols = np.linspace(0, 255, width)[None, :].repeat(height, 0)
+  return np.stack([rows, cols, np.full_like(rows, 128)], -1).astype(np.uint8)
+
+
+@pytest.fixture(scope='module')
+def tf_crops():
+  # pylint: disable-next=g-import-not-at-top
+  from input_pipeline import crops
+  from input_pipeline.tf_setup import tf
+  return crops, tf
+
+
+def test_center_crop_window_matches_resize_then_central_crop(tf_crops):
+  crops, _ = tf_crops
+  # 500x375 at 224: shorter side 375 -> 256 px, central 224 = 328 source px.
+  window = crops.center_crop_window(375, 500, 0.875).numpy().tolist()
+  assert window == [24, 86, 328, 328]
+  assert crops.center_crop_window(7, 7, 1.0).numpy().tolist() == [0, 0, 7, 7]
+
+
+@pytest.mark.parametrize('fmt', ['JPEG', 'PNG'])
+def test_center_crop_keeps_the_middle_of_the_image(tf_crops, fmt):
+  crops, tf = tf_crops
+  image = _gradient(60, 80)
+  out = crops.center_crop(tf.constant(_encode(image, fmt)), 16, 0.5).numpy()
+  assert out.shape == (16, 16, 3) and out.dtype == np.uint8
+  # The central 30x30 of a 60x80 gradient: red 25%-75%, green 31%-69%.
+  assert 50 < out[..., 0].min() and out[..., 0].max() < 205
+  assert 70 < out[..., 1].min() and out[..., 1].max() < 185
+
+
+def test_image_already_at_size_passes_the_eval_crop_unchanged(tf_crops):
+  crops, tf = tf_crops
+  noise = np.random.default_rng(0).integers(0, 256, (16, 16, 3), np.uint8)
+  out = crops.center_crop(tf.constant(_encode(noise, 'PNG')), 16, 1.0)
+  np.testing.assert_array_equal(out.numpy(), noise)
+
+
+def test_inception_crop_is_a_pure_function_of_its_seed(tf_crops):
+  crops, tf = tf_crops
+  encoded = tf.constant(_encode(_gradient(90, 120)))
+  crop = lambda seed, flip: crops.inception_crop(
+      encoded, 24, tf.constant(seed, tf.int64), tf.constant(flip),
+      jpeg_only=True).numpy()
+  first = crop([1, 2], False)
+  assert first.shape == (24, 24, 3) and first.dtype == np.uint8
+  np.testing.assert_array_equal(crop([1, 2], False), first)
+  assert not np.array_equal(crop([3, 4], False), first)
+  np.testing.assert_array_equal(crop([1, 2], True), first[:, ::-1])
+
+
+def test_inception_crops_cover_8_to_100_percent_of_the_area(tf_crops):
+  crops, tf = tf_crops
+  # The green channel spans the columns: the spread of a crop's green values
+  # is its width as a fraction of the image's.
+  encoded = tf.constant(_encode(_gradient(200, 200), 'PNG'))
+  widths = []
+  for i in range(40):
+    out = crops.inception_crop(encoded, 32, tf.constant([i, 0], tf.int64),
+                               tf.constant(False)).numpy()
+    widths.append((int(out[..., 1].max()) - int(out[..., 1].min())) / 255)
+  # Area 8%-100% and aspect 3/4-4/3 bound the width to about 24%-100%.
+  assert min(widths) > 0.2 and max(widths) <= 1.0
+  assert max(widths) - min(widths) > 0.3  # crops really vary
+
+
+def test_example_seeds_depend_on_seed_and_position_only():
+  positions = np.arange(1000)
+  seeds, flips = example_seeds.crop_seeds_and_flips(3, positions)
+  again, flips_again = example_seeds.crop_seeds_and_flips(3, positions[500:])
+  np.testing.assert_array_equal(again, seeds[500:])
+  np.testing.assert_array_equal(flips_again, flips[500:])
+  assert seeds.dtype == np.int64 and (seeds >= 0).all()
+  assert len({tuple(s) for s in seeds}) == 1000
+  assert 400 < flips.sum() < 600
+  other, _ = example_seeds.crop_seeds_and_flips(4, positions)
+  assert not (other == seeds).all(axis=1).any()
+
+
+# --- The TFRecord index -------------------------------------------------------
+
+
+def _write_tfrecord(path, records):
+  with open(path, 'wb') as f:
+    for record in records:
+      f.write(struct.pack('<Q', len(record)) + b'\0' * 4 + record + b'\0' * 4)
+
+
+def test_tfrecord_index_reads_records_by_index_across_shards(tmp_path):
+  from input_pipeline import tfrecord_index  # pylint: disable=g-import-not-at-top
+  records = [f'record-{i}'.encode() * (i + 1) for i in range(10)]
+  _write_tfrecord(tmp_path / 'a', records[:6])
+  _write_tfrecord(tmp_path / 'b', records[6:])
+  index = tfrecord_index.TFRecordIndex([
+      tfrecord_index.Shard(str(tmp_path / 'a'), skip=1, take=5),
+      tfrecord_index.Shard(str(tmp_path / 'b'), skip=0, take=4)])
+  assert len(index) == 9
+  assert index.__getitems__([8, 0, 5, 4]) == [records[9], records[1],
+                                              records[6], records[5]]
+  with pytest.raises(IndexError):
+    index[9]
+
+
+def test_tfrecord_index_reads_a_truncated_file_as_empty_records(tmp_path):
+  from input_pipeline import tfrecord_index  # pylint: disable=g-import-not-at-top
+  _write_tfrecord(tmp_path / 'a', [b'x' * 10, b'y' * 10])
+  with open(tmp_path / 'a', 'r+b') as f:
+    f.truncate(30)  # the second record's header is cut
+  index = tfrecord_index.TFRecordIndex(
+      [tfrecord_index.Shard(str(tmp_path / 'a'), skip=0, take=2)])
+  assert index.__getitems__([0, 1]) == [b'x' * 10, b'']
+
+
+# --- Folders of files share the bad-data handling -----------------------------
+
+
+def _folder(root, corrupt: dict):
+  for split, count in (('train', 8), ('val', 5)):
+    os.makedirs(root / split / 'a')
+    for i in range(count):
+      (root / split / 'a' / f'{i}.jpg').write_bytes(
+          _encode(np.full((12, 12, 3), 10 * i, np.uint8)))
+  for split, name in corrupt.items():
+    (root / split / 'a' / name).write_bytes(b'\xff\xd8\xff garbage')
+
+
+@pytest.mark.parametrize('augment', ['none', 'inception_crop'])
+def test_folder_source_skips_and_counts_a_corrupt_jpeg(tmp_path, augment):
+  _folder(tmp_path, {'train': '3.jpg', 'val': '2.jpg'})
+  data = default.get_config().data
+  data.update(dict(source='folder', dir=str(tmp_path), image_size=8,
+                   augment=augment))
+  ds = input_pipeline.create_dataset(data, batch_size=4, eval_batch_size=4,
+                                     seed=0)
+  epoch = list(itertools.islice(ds.train_batches(), 2))
+  assert all(b['image'].shape == (4, 8, 8, 3) for b in epoch)
+  assert ds.skipped_counts()['train'] == 1
+  evaluation = list(ds.eval_batches())
+  assert sum(int(b['mask'].sum()) for b in evaluation) == 4
+  assert ds.skipped_counts()['eval'] == 1
+
+
+# --- Regrouping by step after failures ----------------------------------------
+
+
+def _stream(values: np.ndarray, split: str, skipped: dict):
+  """Steps of examples whose 'image' is their value; negative ones fail."""
+  # pylint: disable-next=g-import-not-at-top
+  from input_pipeline import step_batches
+  from input_pipeline.tf_setup import tf
+  local = values.shape[1]
+  mask = np.ones_like(values, bool)
+  inputs = {'value': values}
+  if split == 'eval':
+    inputs['mask'] = mask
+  steps = tf.data.Dataset.from_tensor_slices(inputs)
+
+  def load(example):
+    check = tf.debugging.assert_non_negative(example['value'])
+    with tf.control_dependencies([check]):
+      pixel = tf.cast(example['value'], tf.uint8)
+    return {'image': tf.fill([1, 1, 3], pixel), 'label': tf.constant(0)}
+
+  batches = step_batches.build(steps, load, local_batch=local, prefetch=0)
+  return list(step_batches.host_batches(
+      batches, split=split, local_batch=local, image_size=1, skipped=skipped,
+      expected=lambda i: (np.arange(local) + i * local, mask[i]),
+      num_steps=len(values)))
+
+
+def test_eval_step_with_no_readable_example_is_all_masked_and_counted():
+  skipped = {'train': 0, 'eval': 0}
+  values = np.array([[1, -1, 2], [-1, -1, -1], [3, 4, -1]])
+  batches = _stream(values, 'eval', skipped)
+  assert len(batches) == 3
+  assert [b['mask'].tolist() for b in batches] == [
+      [True, False, True], [False, False, False], [True, True, False]]
+  assert batches[0]['image'][:, 0, 0, 0].tolist() == [1, 0, 2]
+  assert batches[2]['image'][:, 0, 0, 0].tolist() == [3, 4, 0]
+  assert skipped['eval'] == 5
+
+
+def test_train_step_repeats_its_readable_examples_in_failed_slots():
+  skipped = {'train': 0, 'eval': 0}
+  batches = _stream(np.array([[5, -1, 6, -1], [7, 8, 9, 10]]), 'train',
+                    skipped)
+  assert [b['image'][:, 0, 0, 0].tolist() for b in batches] == [
+      [5, 6, 5, 6], [7, 8, 9, 10]]
+  assert skipped['train'] == 2
+
+
+def test_train_step_with_no_readable_example_raises_data_error():
+  with pytest.raises(input_pipeline.DataError, match='training step'):
+    _stream(np.array([[1, 2], [-1, -1]]), 'train', {'train': 0, 'eval': 0})
