@@ -130,8 +130,14 @@ def class_map_for(train_dir: str, class_map_path: str | None) -> dict[str, int]:
     return saved
   class_map = {name: i for i, name in enumerate(classes)}
   if class_map_path:
-    _write_atomically(class_map_path, json.dumps(class_map, indent=2) + '\n')
+    write_class_map(class_map_path, classes)
   return class_map
+
+
+def write_class_map(path: str, class_names: list[str]) -> None:
+  """Saves class name -> label (the position in `class_names`) atomically."""
+  class_map = {name: i for i, name in enumerate(class_names)}
+  _write_atomically(path, json.dumps(class_map, indent=2) + '\n')
 
 
 def class_names(class_map: dict[str, int]) -> list[str]:

@@ -3,7 +3,6 @@
 import dataclasses
 import errno
 import functools
-import json
 import os
 import time
 
@@ -13,6 +12,7 @@ import numpy as np
 
 from cli import config_loader
 from cli.errors import RunFailure
+from input_pipeline import folder
 from trainer import checkpointing
 from trainer import device_input
 from trainer import evaluate
@@ -80,11 +80,8 @@ def _prepare_workdir(exp: setup.Experiment, workdir: str) -> None:
   os.makedirs(workdir, exist_ok=True)
   config_loader.save(exp.config, workdir)
   class_map_path = os.path.join(workdir, setup.CLASS_MAP_FILE_NAME)
-  if exp.dataset.class_names and not os.path.exists(class_map_path):
-    class_map = {name: i for i, name in enumerate(exp.dataset.class_names)}
-    with open(class_map_path + '.tmp', 'w') as f:
-      json.dump(class_map, f, indent=2)
-    os.replace(class_map_path + '.tmp', class_map_path)
+  if exp.config.data.source in ('folder', 'shapes') and not os.path.exists(class_map_path):
+    folder.write_class_map(class_map_path, exp.dataset.class_names)
 
 
 def _initial_state(exp: setup.Experiment, checkpointer: checkpointing.Checkpointer):
