@@ -28,7 +28,8 @@ def tiny_run_flags(shapes_dir, **overrides):
 @pytest.fixture(scope='module')
 def trained_workdir(tmp_path_factory, shapes_dir):
   workdir = str(tmp_path_factory.mktemp('e2e') / 'run')
-  result = run_main(f'--workdir={workdir}', *tiny_run_flags(shapes_dir))
+  result = run_main(f'--workdir={workdir}', *tiny_run_flags(shapes_dir),
+                    '--config.checkpoint.keep_best=true')
   assert result.returncode == 0, result.stderr[-3000:]
   return workdir
 
@@ -49,6 +50,8 @@ def test_training_writes_config_metrics_checkpoints_and_events(trained_workdir):
   assert [r['step'] for r in evals] == [4, 8]
   assert all(r['num_examples'] == 600 for r in evals)  # each example once
   assert sorted(os.listdir(os.path.join(trained_workdir, 'checkpoints'))) == ['4', '8']
+  best_step = max(evals, key=lambda r: r['accuracy'])['step']  # first of ties
+  assert os.listdir(os.path.join(trained_workdir, 'checkpoints_best')) == [str(best_step)]
 
 
 def test_eval_mode_reproduces_the_final_training_accuracy(trained_workdir):
