@@ -13,11 +13,9 @@ import ml_collections
 from cli.errors import UsageError
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
-DTYPES = ('float32', 'bfloat16')
 OPTIMIZERS = ('sgd', 'adamw')
 LR_SCALINGS = ('linear', 'none')
 LR_SCHEDULES = ('cosine', 'constant')
-REMATS = ('none', 'full', 'dots')
 ENGINES = ('spmd',)
 NONFINITE = ('stop', 'skip')
 
@@ -36,10 +34,11 @@ def _at_least(key: str, value, minimum) -> None:
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Value checks that need neither devices nor data (input_pipeline checks
   config.data itself)."""
-  from models import registry  # pylint: disable=g-import-not-at-top
+  # The accepted values come from models/ itself, so they cannot drift.
+  from models import registry, remat  # pylint: disable=g-import-not-at-top
   _one_of('model.name', config.model.name, registry.MODEL_NAMES)
-  _one_of('model.dtype', config.model.dtype, DTYPES)
-  _one_of('model.remat', config.model.remat, REMATS)
+  _one_of('model.dtype', config.model.dtype, registry.DTYPES)
+  _one_of('model.remat', config.model.remat, remat.MODES)
   _at_least('model.num_classes', config.model.num_classes, 0)
   _at_least('model.width', config.model.width, 0)
 

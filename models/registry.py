@@ -10,6 +10,7 @@ from models import resnet
 from models import vit
 
 _DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+DTYPES: tuple[str, ...] = tuple(_DTYPES)  # compute dtypes by config name
 
 
 def _resnet(depth: int) -> Callable[..., nn.Module]:
