@@ -59,6 +59,7 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
   return files_dataset.FilesDataset(
       train=train, evaluation=evaluation, class_names=class_names,
       image_size=data_config.image_size, augment=data_config.augment,
+      snap_crops=data_config.snap_crops_to_jpeg_blocks,
       prefetch_batches=data_config.prefetch_batches, **common)
 
 
@@ -77,5 +78,6 @@ def _create_tfds(data_config, class_map_path: str | None, **common) -> Dataset:
       source=source, train_split=data_config.train_split,
       eval_split=data_config.eval_split, image_size=data_config.image_size,
       augment=data_config.augment,
+      snap_crops=data_config.snap_crops_to_jpeg_blocks,
       eval_crop_fraction=data_config.eval_crop_fraction,
       prefetch_batches=data_config.prefetch_batches, **common)

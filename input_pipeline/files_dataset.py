@@ -6,8 +6,9 @@ parallel but in deterministic order, skipping files that fail to decode
 (`step_batches.py`), and prefetches whole host batches.
 """
 
-import itertools
 from collections.abc import Iterator
+
+import numpy as np
 
 from input_pipeline import crops
 from input_pipeline import example_seeds
@@ -25,6 +26,7 @@ class FilesDataset(Dataset):
 
   def __init__(self, *, train: ImageFiles, evaluation: ImageFiles,
                class_names: list[str], image_size: int, augment: str,
+               snap_crops: bool,
                prefetch_batches: int, batch_size: int, eval_batch_size: int,
                seed: int, process_index: int = 0, process_count: int = 1):
     if augment not in AUGMENTATIONS:
@@ -39,38 +41,36 @@ class FilesDataset(Dataset):
     self._eval = evaluation
     self._image_size = image_size
     self._augment = augment
+    self._snap_crops = snap_crops
     self._prefetch_batches = prefetch_batches
 
-  def _batches(self, steps: tf.data.Dataset, load, local_batch: int,
-               split: str, expected, num_steps=None) -> Iterator[Batch]:
-    batches = step_batches.build(steps, load, local_batch=local_batch,
-                                 prefetch=self._prefetch_batches)
-    return step_batches.host_batches(
-        batches, split=split, local_batch=local_batch,
-        image_size=self._image_size, skipped=self._skipped, expected=expected,
-        num_steps=num_steps)
+  def _batches(self, steps: step_batches.Steps, load, local_batch: int,
+               split: str, expected) -> Iterator[Batch]:
+    return step_batches.batches(
+        steps, load, split=split, local_batch=local_batch,
+        image_size=self._image_size, prefetch=self._prefetch_batches,
+        skipped=self._skipped, expected=expected)
 
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
     stream = order.TrainOrder(self.num_train_examples, self.seed)
 
-    def positions_and_indices():
+    def inputs(i: int) -> dict[str, np.ndarray]:
       # One call per step: cheap Python that hands tf.data whole batches of
       # indices, so per-example work stays in TF's thread pool.
-      for step in itertools.count(start_step):
-        positions = order.train_positions(
-            step, self.batch_size, self.process_index, self.process_count)
-        crop_seeds, flips = example_seeds.crop_seeds_and_flips(
-            self.seed, positions)
-        yield {'position': positions, 'crop_seed': crop_seeds, 'flip': flips,
-               'index': stream.example_indices(positions)}
+      positions = order.train_positions(
+          start_step + i, self.batch_size, self.process_index,
+          self.process_count)
+      crop_seeds, flips = example_seeds.crop_seeds_and_flips(
+          self.seed, positions)
+      return {'position': positions, 'crop_seed': crop_seeds, 'flip': flips,
+              'index': stream.example_indices(positions)}
 
     local = self.local_batch_size
-    steps = tf.data.Dataset.from_generator(
-        positions_and_indices, output_signature={
-            'position': tf.TensorSpec([local], tf.int64),
-            'index': tf.TensorSpec([local], tf.int64),
-            'crop_seed': tf.TensorSpec([local, 2], tf.int64),
-            'flip': tf.TensorSpec([local], tf.bool)})
+    steps = step_batches.Steps(inputs, {
+        'position': tf.TensorSpec([local], tf.int64),
+        'index': tf.TensorSpec([local], tf.int64),
+        'crop_seed': tf.TensorSpec([local, 2], tf.int64),
+        'flip': tf.TensorSpec([local], tf.bool)})
     paths = tf.constant(self._train.paths)
     labels = tf.constant(self._train.labels)
     seed = tf.constant(self.seed, tf.int64)
@@ -81,15 +81,16 @@ class FilesDataset(Dataset):
       # worker: the same step gives the same pixels on any resume and any
       # process count.
       if self._augment == 'inception_crop':
-        image = crops.inception_crop(tf.io.read_file(path), self._image_size,
-                                     example['crop_seed'], example['flip'])
+        image = crops.inception_crop(
+            tf.io.read_file(path), self._image_size, example['crop_seed'],
+            example['flip'], snap_to_blocks=self._snap_crops)
       else:
         image = preprocess.augment(
             preprocess.resize(preprocess.decode(path), self._image_size),
             self._augment, tf.stack([seed, example['position']]))
       return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    return self._batches(steps, load, self.local_batch_size, 'train',
+    return self._batches(steps, load, local, 'train',
                          step_batches.train_expected(self, start_step))
 
   def eval_batches(self) -> Iterator[Batch]:
@@ -106,7 +107,10 @@ class FilesDataset(Dataset):
           self._image_size)
       return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    steps = tf.data.Dataset.from_tensor_slices(
-        {'index': indices, 'mask': mask})
-    return self._batches(steps, load, self.local_eval_batch_size, 'eval',
-                         lambda j: (indices[j], mask[j]), len(indices))
+    local = self.local_eval_batch_size
+    steps = step_batches.Steps(
+        lambda j: {'index': indices[j], 'mask': mask[j]},
+        {'index': tf.TensorSpec([local], tf.int64),
+         'mask': tf.TensorSpec([local], tf.bool)}, count=len(indices))
+    return self._batches(steps, load, local, 'eval',
+                         lambda j: (indices[j], mask[j]))

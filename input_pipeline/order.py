@@ -41,7 +41,8 @@ class TrainOrder:
   """Maps stream positions to example indices, one permutation per epoch.
 
   The only state is a cache of the last permutation, so that a batch costs a
-  gather rather than a fresh shuffle of the whole data set.
+  gather rather than a fresh shuffle of the whole data set. The cache is one
+  (epoch, permutation) tuple, replaced whole, so threads may share an order.
   """
 
   def __init__(self, num_examples: int, seed: int):
@@ -49,16 +50,16 @@ class TrainOrder:
       raise ValueError(f'num_examples must be positive, got {num_examples}')
     self.num_examples = num_examples
     self.seed = seed
-    self._cached_epoch = -1
-    self._cached_perm = np.empty(0, np.int64)
+    self._cache = (-1, np.empty(0, np.int64))
 
   def permutation(self, epoch: int) -> np.ndarray:
     """The order of the examples in `epoch`, a function of (seed, epoch)."""
-    if epoch != self._cached_epoch:
+    cached_epoch, perm = self._cache
+    if epoch != cached_epoch:
       rng = np.random.default_rng([self.seed, epoch])
-      self._cached_perm = rng.permutation(self.num_examples).astype(np.int64)
-      self._cached_epoch = epoch
-    return self._cached_perm
+      perm = rng.permutation(self.num_examples).astype(np.int64)
+      self._cache = (epoch, perm)
+    return perm
 
   def example_indices(self, positions: np.ndarray) -> np.ndarray:
     """Example index at each stream position (a batch may straddle epochs)."""

@@ -1,23 +1,32 @@
 """Host batches, one per step, from examples that may fail to decode.
 
-A corrupt or truncated image must neither stop a run nor shift the stream.
-tf.data can only drop an example whose decoding raised (`ignore_errors`); if
-the pipeline simply batched what is left, every later batch would move by one
-example, and a resumed run would no longer see the batches of an
-uninterrupted one. So every example carries the step it belongs to, and the
-host regroups the decoded examples by that tag: a step is complete when it has
-all its examples or a later step's example has arrived. Training repeats the
-step's readable examples in the free slots (the train step has no mask);
-evaluation leaves them as masked zeros. In the usual case, nothing failed,
-a tf.data batch is exactly one step and passes through untouched.
+A data set describes its stream as `Steps`: the inputs of step i (record
+bytes or file indices, crop seeds, ...), a pure function of i. tf.data
+decodes the examples in chunks of up to `CHUNK` per function call: one call
+per example costs a thread hand-off and a batch copy each, which was 7% of
+the ImageNet input pipeline's throughput (benchmarks/input_pipeline.py).
 
-The caller hands in one element per step: a dict of [local_batch] tensors with
-'mask' for evaluation (False on padding) and whatever its `load` function
-needs. `load` maps one example's slice of that dict to {'image': uint8
-[S, S, 3], 'label': int32}.
+A corrupt or truncated image must neither stop a run nor shift the stream.
+tf.data can only drop an element whose decoding raised (`ignore_errors`), and
+here that element is a whole chunk. So every example carries the step and
+slot it belongs to, the host regroups the decoded examples by step, and a
+step that came back short has its missing slots decoded again one by one
+(`_redo_missing`): only the examples that fail on their own are skipped. A
+step is complete when it has all its examples or a later step's example has
+arrived. Training repeats the step's readable examples in the free slots (the
+train step has no mask); evaluation leaves them as masked zeros. In the usual
+case nothing failed, a tf.data batch is exactly one step and passes through
+untouched.
+
+`load` maps one example's slice of the step inputs to {'image': uint8
+[S, S, 3], 'label': int32}. Evaluation inputs carry 'mask' (False on
+padding).
 """
 
 from collections.abc import Callable, Iterator
+import dataclasses
+import itertools
+import math
 
 from absl import logging
 import numpy as np
@@ -28,35 +37,84 @@ from input_pipeline.errors import DataError
 from input_pipeline.tf_setup import tf
 
 AUTOTUNE = tf.data.AUTOTUNE
+# Examples per call of the decode function: enough to make the per-call cost
+# small against eight JPEG decodes, few enough that all cores get chunks.
+CHUNK = 8
 _LOGGED_SKIPS = 20  # warnings that name examples; later skips are only counted
 # Tags that travel with each example to the host and never further.
 _TAGS = ('step', 'slot', 'mask')
 
 
-def build(steps: tf.data.Dataset, load: Callable, *, local_batch: int,
+@dataclasses.dataclass(frozen=True)
+class Steps:
+  """A stream of steps, as a data set describes it.
+
+  Attributes:
+    inputs: i -> the inputs of the i-th step of the stream (counted from 0),
+      a dict of numpy arrays whose first dimension is the local batch. A pure
+      function of i: it is called again, from another thread, for a step
+      that lost examples.
+    spec: the tf.TensorSpec of each input.
+    count: steps in the stream; None: endless.
+  """
+  inputs: Callable[[int], dict[str, np.ndarray]]
+  spec: dict[str, tf.TensorSpec]
+  count: int | None = None
+
+
+def _tagged(load: Callable) -> Callable:
+  def load_tagged(example):
+    tags = {key: example[key] for key in _TAGS if key in example}
+    return {**load(example), **tags}
+  return load_tagged
+
+
+def build(steps: Steps, load: Callable, *, local_batch: int,
           prefetch: int) -> tf.data.Dataset:
-  """Decoded examples, tagged with their step and slot, batched by count.
+  """Decoded examples, tagged with their step and slot, one batch per step.
 
   Args:
-    steps: one element per step, a dict of [local_batch] tensors.
+    steps: the stream.
     load: one example's dict -> {'image', 'label'}; it may raise.
     local_batch: examples per step on this process.
     prefetch: batches prepared ahead.
   """
-  steps = steps.enumerate().map(
-      lambda step, inputs: {
-          **inputs, 'step': tf.fill([local_batch], step),
-          'slot': tf.range(local_batch, dtype=tf.int32)})
+  chunk = math.gcd(local_batch, CHUNK)
+  chunks_per_step = local_batch // chunk
 
-  def load_tagged(example):
-    tags = {key: example[key] for key in _TAGS if key in example}
-    return {**load(example), **tags}
+  def generate():
+    # Cheap Python once per step; all per-example work is in tf.data's
+    # threads.
+    indices = itertools.count() if steps.count is None else range(steps.count)
+    for i in indices:
+      yield steps.inputs(i)
 
-  examples = steps.unbatch().map(load_tagged, num_parallel_calls=AUTOTUNE,
-                                 deterministic=True)
-  # Only examples whose decoding raised are dropped; the others keep order.
-  # (Their errors reach TF's log only below TF_CPP_MIN_LOG_LEVEL=2.)
-  batches = examples.ignore_errors(log_warning=True).batch(local_batch)
+  def tag_and_split(step, inputs):
+    inputs = {**inputs, 'step': tf.fill([local_batch], step),
+              'slot': tf.range(local_batch, dtype=tf.int32)}
+    return tf.data.Dataset.from_tensor_slices({
+        key: tf.reshape(value, [chunks_per_step, chunk, *value.shape[1:]])
+        for key, value in inputs.items()})
+
+  load_tagged = _tagged(load)
+
+  def load_chunk(inputs):
+    examples = [load_tagged({key: value[j] for key, value in inputs.items()})
+                for j in range(chunk)]
+    return {key: tf.stack([e[key] for e in examples]) for key in examples[0]}
+
+  def merge_chunks(batch):
+    return {key: tf.reshape(value, [-1, *value.shape[2:]])
+            for key, value in batch.items()}
+
+  chunks = tf.data.Dataset.from_generator(
+      generate, output_signature=steps.spec).enumerate().flat_map(
+          tag_and_split)
+  # A chunk whose decoding raised is dropped; the others keep their order.
+  # (Errors reach TF's log only below TF_CPP_MIN_LOG_LEVEL=2.)
+  decoded = chunks.map(load_chunk, num_parallel_calls=AUTOTUNE,
+                       deterministic=True).ignore_errors(log_warning=True)
+  batches = decoded.batch(chunks_per_step).map(merge_chunks)
   if prefetch > 0:
     batches = batches.prefetch(prefetch)
   options = tf.data.Options()
@@ -113,31 +171,72 @@ def _complete_eval(rows: Batch, local_batch: int) -> Batch:
   return {'image': image, 'label': label, 'mask': mask}
 
 
-def host_batches(batches: tf.data.Dataset, *, split: str, local_batch: int,
-                 image_size: int, skipped: dict[str, int],
-                 expected: Callable[[int], tuple[np.ndarray, np.ndarray]],
-                 num_steps: int | None = None) -> Iterator[Batch]:
-  """Numpy batches, exactly one per step; skipped examples are counted.
+def _redo_missing(steps: Steps, load: Callable, local_batch: int):
+  """(i, rows) -> rows plus the missing slots of step i that decode alone.
+
+  A chunk is dropped whole when one of its examples fails; its other
+  examples are decoded here again, one at a time, by the same function on
+  the same inputs (so with the same pixels). Failures are rare, so this runs
+  in the consumer's thread.
+  """
+  example_spec = {key: tf.TensorSpec(spec.shape[1:], spec.dtype)
+                  for key, spec in steps.spec.items()}
+  example_spec['step'] = tf.TensorSpec([], tf.int64)
+  example_spec['slot'] = tf.TensorSpec([], tf.int32)
+  load_one = tf.function(_tagged(load), input_signature=[example_spec])
+
+  def redo(i: int, rows: Batch) -> Batch:
+    missing = np.setdiff1d(np.arange(local_batch), rows['slot'])
+    inputs = steps.inputs(i)
+    redone = []
+    for slot in missing:
+      example = {key: value[slot] for key, value in inputs.items()}
+      example.update(step=np.int64(i), slot=np.int32(slot))
+      try:
+        redone.append({k: v.numpy() for k, v in load_one(example).items()})
+      except tf.errors.OpError:
+        continue  # unreadable on its own: counted by the caller
+    if not redone:
+      return rows
+    merged = {key: np.concatenate([rows[key], np.stack([r[key] for r in redone])])
+              for key in rows}
+    order_by_slot = np.argsort(merged['slot'], kind='stable')
+    return {key: value[order_by_slot] for key, value in merged.items()}
+  return redo
+
+
+def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
+            image_size: int, prefetch: int, skipped: dict[str, int],
+            expected: Callable[[int], tuple[np.ndarray, np.ndarray]]
+            ) -> Iterator[Batch]:
+  """Numpy batches, exactly one per step; unreadable examples are counted.
 
   Args:
-    batches: the dataset `build` made.
+    steps: the stream.
+    load: one example's dict -> {'image', 'label'}; it may raise.
     split: 'train' or 'eval': how a step with failed examples is completed,
       and which entry of `skipped` counts them.
     local_batch: examples per step on this process.
     image_size: side of the images.
+    prefetch: batches prepared ahead.
     skipped: counts of skipped examples by split, updated in place.
     expected: i -> (example indices, mask) that the i-th step of the stream
-      (counted from 0) asked for, the mask all True in training: what a
-      failure is measured against. Called only for steps that lost examples,
-      from the consumer's thread.
-    num_steps: steps in the stream (evaluation); None: endless.
+      asked for, the mask all True in training: what a failure is measured
+      against and named by. Called only for steps that lost examples, from
+      the consumer's thread.
   """
+  dataset = build(steps, load, local_batch=local_batch, prefetch=prefetch)
+  redo = _redo_missing(steps, load, local_batch)
   nothing = {'slot': np.zeros(0, np.int32), 'mask': np.zeros(0, bool),
+             'step': np.zeros(0, np.int64),
              'image': np.zeros((0, image_size, image_size, 3), np.uint8),
              'label': np.zeros(0, np.int32)}
+  if split == 'train':
+    del nothing['mask']
 
   def complete(step: int, rows: Batch) -> Batch:
     if len(rows['slot']) < local_batch:  # else nothing failed
+      rows = redo(step, rows)
       count_failures(step, rows['slot'])
     if split == 'train':
       return _complete_train(rows, local_batch)
@@ -154,12 +253,12 @@ def host_batches(batches: tf.data.Dataset, *, split: str, local_batch: int,
           _LOGGED_SKIPS, int(failed.sum()), split, indices[failed].tolist())
 
   step = 0
-  for tag, rows in _steps_of(batches, local_batch):
-    for empty in range(step, tag):  # steps none of whose examples decoded
+  for tag, rows in _steps_of(dataset, local_batch):
+    for empty in range(step, tag):  # steps none of whose chunks decoded
       yield complete(empty, nothing)
     yield complete(tag, rows)
     step = tag + 1
-  for empty in range(step, num_steps or 0):
+  for empty in range(step, steps.count or 0):
     yield complete(empty, nothing)
 
 

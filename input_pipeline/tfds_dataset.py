@@ -2,13 +2,12 @@
 
 The stream is the one of every file-backed source: `order.py` picks the
 example indices of each step (a pure function of seed and step, one disjoint
-share per process), a Python generator reads exactly those raw records, and
-tf.data parses, decodes and crops them in parallel (`crops.py`), skipping
-the ones that fail (`step_batches.py`). Nothing is shuffled or skipped in
+share per process), Python reads exactly those raw records, and tf.data
+parses, decodes and crops them in parallel (`crops.py`), skipping the ones
+that fail (`step_batches.py`). Nothing is shuffled or skipped in
 tf.data, so resuming at step k costs nothing: the generator starts at k.
 """
 
-import itertools
 from collections.abc import Iterator
 
 import numpy as np
@@ -28,7 +27,8 @@ class TfdsDataset(Dataset):
   """Training and evaluation batches read from a tfds data source."""
 
   def __init__(self, *, source: TfdsSource, train_split: str, eval_split: str,
-               image_size: int, augment: str, eval_crop_fraction: float,
+               image_size: int, augment: str, snap_crops: bool,
+               eval_crop_fraction: float,
                prefetch_batches: int, batch_size: int, eval_batch_size: int,
                seed: int, process_index: int = 0, process_count: int = 1):
     if augment not in AUGMENTATIONS:
@@ -46,11 +46,13 @@ class TfdsDataset(Dataset):
         process_index=process_index, process_count=process_count)
     self._image_size = image_size
     self._augment = augment
+    self._snap_crops = snap_crops
     self._eval_crop_fraction = eval_crop_fraction
     self._prefetch_batches = prefetch_batches
     self._jpeg_only = source.is_jpeg_only()
 
-  def _steps(self, generate, local_batch: int, eval_mode: bool):
+  def _spec(self, local_batch: int, eval_mode: bool
+            ) -> dict[str, tf.TensorSpec]:
     spec = {'record': tf.TensorSpec([local_batch], tf.string)}
     if eval_mode:
       spec['mask'] = tf.TensorSpec([local_batch], tf.bool)
@@ -58,7 +60,7 @@ class TfdsDataset(Dataset):
       spec['position'] = tf.TensorSpec([local_batch], tf.int64)
       spec['crop_seed'] = tf.TensorSpec([local_batch, 2], tf.int64)
       spec['flip'] = tf.TensorSpec([local_batch], tf.bool)
-    return tf.data.Dataset.from_generator(generate, output_signature=spec)
+    return spec
 
   def _eval_view(self, encoded: tf.Tensor) -> tf.Tensor:
     return crops.center_crop(encoded, self._image_size,
@@ -68,17 +70,15 @@ class TfdsDataset(Dataset):
     stream = order.TrainOrder(self.num_train_examples, self.seed)
     records = self._train
 
-    def generate():
-      # Cheap Python once per step: the indices and their raw bytes. All
-      # per-example work is left to tf.data's threads.
-      for step in itertools.count(start_step):
-        positions = order.train_positions(
-            step, self.batch_size, self.process_index, self.process_count)
-        indices = stream.example_indices(positions)
-        crop_seeds, flips = example_seeds.crop_seeds_and_flips(
-            self.seed, positions)
-        yield {'position': positions, 'crop_seed': crop_seeds,
-               'flip': flips, 'record': _read(records, indices)}
+    def inputs(i: int) -> dict[str, np.ndarray]:
+      # Cheap Python once per step: the indices and their raw bytes.
+      positions = order.train_positions(
+          start_step + i, self.batch_size, self.process_index,
+          self.process_count)
+      crop_seeds, flips = example_seeds.crop_seeds_and_flips(
+          self.seed, positions)
+      return {'position': positions, 'crop_seed': crop_seeds, 'flip': flips,
+              'record': _read(records, stream.example_indices(positions))}
 
     seed = tf.constant(self.seed, tf.int64)
 
@@ -90,18 +90,17 @@ class TfdsDataset(Dataset):
       if self._augment == 'inception_crop':
         image = crops.inception_crop(
             encoded, self._image_size, example['crop_seed'], example['flip'],
-            self._jpeg_only)
+            self._jpeg_only, self._snap_crops)
       else:
         image = preprocess.augment(self._eval_view(encoded), self._augment,
                                    tf.stack([seed, example['position']]))
       return {'image': image, 'label': label}
 
-    batches = step_batches.build(
-        self._steps(generate, self.local_batch_size, eval_mode=False), load,
-        local_batch=self.local_batch_size, prefetch=self._prefetch_batches)
-    return step_batches.host_batches(
-        batches, split='train', local_batch=self.local_batch_size,
-        image_size=self._image_size, skipped=self._skipped,
+    return step_batches.batches(
+        step_batches.Steps(inputs, self._spec(self.local_batch_size, False)),
+        load, split='train', local_batch=self.local_batch_size,
+        image_size=self._image_size, prefetch=self._prefetch_batches,
+        skipped=self._skipped,
         expected=step_batches.train_expected(self, start_step))
 
   def eval_batches(self) -> Iterator[Batch]:
@@ -111,23 +110,20 @@ class TfdsDataset(Dataset):
     records = self._eval
     self._skipped['eval'] = 0
 
-    def generate():
-      for batch_indices, batch_mask in zip(indices, mask):
-        # Padding slots read example 0 again; their mask hides it.
-        yield {'mask': batch_mask, 'record': _read(records, batch_indices)}
+    def inputs(j: int) -> dict[str, np.ndarray]:
+      # Padding slots read example 0 again; their mask hides it.
+      return {'mask': mask[j], 'record': _read(records, indices[j])}
 
     def load(example):
       encoded, label = self._source.parse(example['record'])
       return {'image': self._eval_view(encoded), 'label': label}
 
-    batches = step_batches.build(
-        self._steps(generate, self.local_eval_batch_size, eval_mode=True),
-        load, local_batch=self.local_eval_batch_size,
-        prefetch=self._prefetch_batches)
-    return step_batches.host_batches(
-        batches, split='eval', local_batch=self.local_eval_batch_size,
-        image_size=self._image_size, skipped=self._skipped,
-        expected=lambda j: (indices[j], mask[j]), num_steps=len(indices))
+    return step_batches.batches(
+        step_batches.Steps(inputs, self._spec(self.local_eval_batch_size,
+                                              True), count=len(indices)),
+        load, split='eval', local_batch=self.local_eval_batch_size,
+        image_size=self._image_size, prefetch=self._prefetch_batches,
+        skipped=self._skipped, expected=lambda j: (indices[j], mask[j]))
 
 
 def _read(records, indices: np.ndarray) -> np.ndarray:

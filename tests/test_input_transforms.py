@@ -89,6 +89,40 @@ def test_inception_crops_cover_8_to_100_percent_of_the_area(tf_crops):
   assert max(widths) - min(widths) > 0.3  # crops really vary
 
 
+def test_snapped_crop_moves_only_the_left_edge_onto_the_block_grid(tf_crops):
+  crops, tf = tf_crops
+  moved = 0
+  for i in range(200):
+    seed = tf.constant([i, 7], tf.int64)
+    exact = crops.inception_window(375, 500, seed).numpy()
+    snapped = crops.inception_window(375, 500, seed, True).numpy()
+    top, left, height, width = snapped
+    assert left % crops.JPEG_BLOCK_COLUMNS == 0
+    assert 0 <= exact[1] - left < crops.JPEG_BLOCK_COLUMNS
+    assert (top, height, width) == (exact[0], exact[2], exact[3])
+    assert left + width <= 500
+    moved += int(left != exact[1])
+  assert moved > 150  # most crops do start off the grid
+
+
+def test_snapped_crop_decodes_the_pixels_of_its_window(tf_crops):
+  crops, tf = tf_crops
+  image = _gradient(120, 160)
+  encoded = tf.constant(_encode(image))
+  seed = tf.constant([5, 1], tf.int64)
+  top, left, height, width = crops.inception_window(120, 160, seed,
+                                                    True).numpy()
+  via_crop = crops.inception_crop(encoded, 24, seed, tf.constant(False),
+                                  jpeg_only=True, snap_to_blocks=True)
+  whole = tf.io.decode_jpeg(encoded, channels=3)
+  via_slice = crops._resize(whole[top:top + height, left:left + width], 24)  # pylint: disable=protected-access
+  # Within one grey level: libjpeg's chroma upsampling at the edges of a
+  # cropped decode differs slightly from a whole decode.
+  np.testing.assert_allclose(via_crop.numpy(), via_slice.numpy(), atol=1)
+  shifted = crops._resize(whole[top:top + height, left + 4:left + 4 + width], 24)  # pylint: disable=protected-access
+  assert np.abs(via_crop.numpy().astype(int) - shifted.numpy()).max() > 1
+
+
 def test_example_seeds_depend_on_seed_and_position_only():
   positions = np.arange(1000)
   seeds, flips = example_seeds.crop_seeds_and_flips(3, positions)
@@ -175,10 +209,11 @@ def _stream(values: np.ndarray, split: str, skipped: dict):
   from input_pipeline.tf_setup import tf
   local = values.shape[1]
   mask = np.ones_like(values, bool)
-  inputs = {'value': values}
+  spec = {'value': tf.TensorSpec([local], tf.int64)}
   if split == 'eval':
-    inputs['mask'] = mask
-  steps = tf.data.Dataset.from_tensor_slices(inputs)
+    spec['mask'] = tf.TensorSpec([local], tf.bool)
+  inputs = lambda i: {'value': values[i], 'mask': mask[i]} if (
+      split == 'eval') else {'value': values[i]}
 
   def load(example):
     check = tf.debugging.assert_non_negative(example['value'])
@@ -186,11 +221,26 @@ def _stream(values: np.ndarray, split: str, skipped: dict):
       pixel = tf.cast(example['value'], tf.uint8)
     return {'image': tf.fill([1, 1, 3], pixel), 'label': tf.constant(0)}
 
-  batches = step_batches.build(steps, load, local_batch=local, prefetch=0)
-  return list(step_batches.host_batches(
-      batches, split=split, local_batch=local, image_size=1, skipped=skipped,
-      expected=lambda i: (np.arange(local) + i * local, mask[i]),
-      num_steps=len(values)))
+  return list(step_batches.batches(
+      step_batches.Steps(inputs, spec, count=len(values)), load, split=split,
+      local_batch=local, image_size=1, prefetch=0, skipped=skipped,
+      expected=lambda i: (np.arange(local) + i * local, mask[i])))
+
+
+def test_one_failure_in_a_chunk_loses_only_that_example():
+  # 8 examples are one chunk: the failure drops the chunk in tf.data, and the
+  # seven readable examples are decoded again on their own.
+  skipped = {'train': 0, 'eval': 0}
+  values = np.array([[1, 2, 3, -1, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15, 16],
+                     [-1, 18, 19, 20, 21, 22, 23, -1]])
+  batches = _stream(values, 'eval', skipped)
+  assert [b['image'][:, 0, 0, 0].tolist() for b in batches] == [
+      [1, 2, 3, 0, 5, 6, 7, 8], list(range(9, 17)), [0] + list(range(18, 24))
+      + [0]]
+  assert [b['mask'].tolist() for b in batches] == [
+      [True] * 3 + [False] + [True] * 4, [True] * 8, [False] + [True] * 6
+      + [False]]
+  assert skipped['eval'] == 3
 
 
 def test_eval_step_with_no_readable_example_is_all_masked_and_counted():
