@@ -8,6 +8,10 @@ on the host. TensorFlow uses every core.
     python benchmarks/make_imagenet_like.py --data_dir=/tmp/imagenet_like
     python benchmarks/input_pipeline.py --data_dir=/tmp/imagenet_like
 
+(make_imagenet_like.py writes array_record, the format this project prepares
+tfds data sets in; --file_format=tfrecord writes tfds's default format, the
+one most existing ImageNet copies are in.)
+
 prints one JSON line per transform (train: random resized crop + flip; eval:
 centre crop; float32_baseline: the usual full-decode float32 pipeline, for
 comparison), each with the best and the median of --repeats timed runs,
@@ -85,10 +89,10 @@ def main(argv=None) -> list[dict]:
       eval_batch_size=args.batch_size, seed=0)
   stats_path = os.path.join(args.data_dir,
                             f'{make_imagenet_like.NAME}_stats.json')
-  file_kb = None
+  stats = {}
   if os.path.exists(stats_path):
     with open(stats_path) as f:
-      file_kb = json.load(f)['mean_file_kb']
+      stats = json.load(f)
 
   results = []
   for transform in args.transforms.split(','):
@@ -118,7 +122,8 @@ def main(argv=None) -> list[dict]:
         'images_per_sec_runs': [round(r) for r in rates],
         'cpu_ms_per_image_median': round(
             statistics.median(c for _, c in runs), 3),
-        'mean_file_kb': file_kb,
+        'mean_file_kb': stats.get('mean_file_kb'),
+        'file_format': stats.get('file_format'),
         'skipped': dataset.skipped_counts().get(transform, 0),
     }
     print(json.dumps(result), flush=True)
