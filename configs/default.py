@@ -32,7 +32,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.eval_split = 'val'  # folder: sub-folder with evaluation images; tfds: split (imagenet2012: validation)
   config.data.image_size = 32  # training and evaluation resolution in pixels
   config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip, inception_crop (random resized crop + flip)
-  config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, where decoding is 5% faster; False: exact positions
+  config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, where decoding is 3-5% faster; False: exact positions
   config.data.eval_crop_fraction = 0.875  # tfds: eval centre square's side / shorter image side (0.875: resize to S/0.875, crop S)
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
   config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)

@@ -25,7 +25,7 @@ _MAX_ATTEMPTS = 10
 # A cropped row is decoded straight into the output only if it starts on the
 # JPEG's block grid: every 16 pixels with the usual 4:2:0 or 4:2:2 chroma
 # subsampling, 8 without (a divisor of 16). Elsewhere TensorFlow decodes each
-# row into a scratch buffer and copies it, 5% of the train transform's time
+# row into a scratch buffer and copies it, 3-5% of the train transform's time
 # (benchmarks/input_pipeline.py).
 JPEG_BLOCK_COLUMNS = 16
 

@@ -2,9 +2,9 @@
 
 A data set describes its stream as `Steps`: the inputs of step i (record
 bytes or file indices, crop seeds, ...), a pure function of i. tf.data
-decodes the examples in chunks of up to `CHUNK` per function call: one call
-per example costs a thread hand-off and a batch copy each, which was 7% of
-the ImageNet input pipeline's throughput (benchmarks/input_pipeline.py).
+decodes the examples in chunks of up to `CHUNK` per function call: a call
+and a thread hand-off per example cost about 6% of the ImageNet input
+pipeline's throughput (benchmarks/input_pipeline.py).
 
 A corrupt or truncated image must neither stop a run nor shift the stream.
 tf.data can only drop an element whose decoding raised (`ignore_errors`), and
@@ -119,6 +119,10 @@ def build(steps: Steps, load: Callable, *, local_batch: int,
     batches = batches.prefetch(prefetch)
   options = tf.data.Options()
   options.deterministic = True
+  # Without the autotuner, AUTOTUNE means one decode call in flight per core,
+  # which is what it settles on here anyway. With it, tearing down a pipeline
+  # (every evaluation pass) sometimes waits a second for its thread.
+  options.autotune.enabled = False
   return batches.with_options(options)
 
 

@@ -15,7 +15,7 @@ def _keep_freed_heap_memory() -> None:
   Every step turns a few hundred 100 KB records into TF strings and frees
   them again. With glibc's default trim threshold the freed memory goes back
   to the kernel and page-faults in again on the next step, and the decoding
-  threads queue on the process's memory-map lock: 7-8% of the ImageNet
+  threads queue on the process's memory-map lock: 7-9% of the ImageNet
   input pipeline's throughput (benchmarks/input_pipeline.py). The process
   keeps its high-water mark of heap instead, which a trainer does anyway.
   """
