@@ -269,8 +269,8 @@ def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
 def train_expected(dataset, start_step: int
                    ) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
   """`expected` for the training stream of `dataset` from `start_step`."""
-  # Its own TrainOrder: the generator thread owns the stream's, whose
-  # permutation cache is not safe to share.
+  # Its own TrainOrder, so that naming a failure in one epoch does not evict
+  # the permutation the generator is using.
   lookup = order.TrainOrder(dataset.num_train_examples, dataset.seed)
 
   def expected(i: int) -> tuple[np.ndarray, np.ndarray]:
