@@ -202,7 +202,8 @@ def _redo_missing(steps: Steps, load: Callable, local_batch: int):
         continue  # unreadable on its own: counted by the caller
     if not redone:
       return rows
-    merged = {key: np.concatenate([rows[key], np.stack([r[key] for r in redone])])
+    merged = {key: np.concatenate([rows[key],
+                                   np.stack([r[key] for r in redone])])
               for key in rows}
     order_by_slot = np.argsort(merged['slot'], kind='stable')
     return {key: value[order_by_slot] for key, value in merged.items()}

@@ -115,11 +115,12 @@ def test_snapped_crop_decodes_the_pixels_of_its_window(tf_crops):
   via_crop = crops.inception_crop(encoded, 24, seed, tf.constant(False),
                                   jpeg_only=True, snap_to_blocks=True)
   whole = tf.io.decode_jpeg(encoded, channels=3)
-  via_slice = crops._resize(whole[top:top + height, left:left + width], 24)  # pylint: disable=protected-access
+  resize = crops._resize  # pylint: disable=protected-access
+  via_slice = resize(whole[top:top + height, left:left + width], 24)
   # Within one grey level: libjpeg's chroma upsampling at the edges of a
   # cropped decode differs slightly from a whole decode.
   np.testing.assert_allclose(via_crop.numpy(), via_slice.numpy(), atol=1)
-  shifted = crops._resize(whole[top:top + height, left + 4:left + 4 + width], 24)  # pylint: disable=protected-access
+  shifted = resize(whole[top:top + height, left + 4:left + 4 + width], 24)
   assert np.abs(via_crop.numpy().astype(int) - shifted.numpy()).max() > 1
 
 
