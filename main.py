@@ -73,12 +73,24 @@ def main(argv):
   except (UsageError, DataError) as e:
     _fail_usage(e)
   except RunFailure as e:
-    print(f'error: {e}', file=sys.stderr, flush=True)
-    # Leave without interpreter teardown: orbax's background threads would
-    # print tracebacks of the same failure after our one line.
-    sys.stdout.flush()
-    os._exit(EXIT_FAILURE)  # pylint: disable=protected-access
+    _exit_with_last_line(f'error: {e}', EXIT_FAILURE)
   sys.exit(code)
+
+
+def _exit_with_last_line(line: str, code: int) -> None:
+  """Writes `line` as the last line of stderr and leaves at once.
+
+  orbax's background threads print tracebacks of the same failure, during
+  interpreter teardown and even while this thread is printing. So stderr is
+  pointed at /dev/null for every other writer before `line` goes out on a
+  copy of it, and the process leaves without teardown.
+  """
+  sys.stdout.flush()
+  sys.stderr.flush()
+  ours = os.dup(2)
+  os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+  os.write(ours, (line + '\n').encode())
+  os._exit(code)  # pylint: disable=protected-access
 
 
 if __name__ == '__main__':

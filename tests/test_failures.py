@@ -1,5 +1,6 @@
 """Failures mid-run: non-finite losses, SIGKILL at any moment, a full disk."""
 
+import errno
 import json
 import os
 import subprocess
@@ -95,13 +96,14 @@ def small_filesystem(tmp_path):
 
 
 def _fill(directory):
-  with open(os.path.join(directory, 'filler'), 'wb') as f:
-    try:
+  """Fills the file system, which the run may already have done itself."""
+  try:
+    with open(os.path.join(directory, 'filler'), 'wb') as f:
       while True:
         f.write(b'\0' * 65536)
         f.flush()
-    except OSError:
-      pass
+  except OSError as e:
+    assert e.errno == errno.ENOSPC, e
 
 
 def test_disk_full_during_a_save_keeps_the_previous_checkpoint_loadable(
