@@ -8,11 +8,7 @@ parallel but in deterministic order, skipping files that fail to decode
 
 from collections.abc import Iterator
 
-import numpy as np
-
 from input_pipeline import crops
-from input_pipeline import example_seeds
-from input_pipeline import order
 from input_pipeline import preprocess
 from input_pipeline import step_batches
 from input_pipeline.dataset import Batch, Dataset
@@ -45,32 +41,13 @@ class FilesDataset(Dataset):
     self._prefetch_batches = prefetch_batches
 
   def _batches(self, steps: step_batches.Steps, load, local_batch: int,
-               split: str, expected) -> Iterator[Batch]:
+               split: str) -> Iterator[Batch]:
     return step_batches.batches(
         steps, load, split=split, local_batch=local_batch,
         image_size=self._image_size, prefetch=self._prefetch_batches,
-        skipped=self._skipped, expected=expected)
+        skipped=self._skipped)
 
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
-    stream = order.TrainOrder(self.num_train_examples, self.seed)
-
-    def inputs(i: int) -> dict[str, np.ndarray]:
-      # One call per step: cheap Python that hands tf.data whole batches of
-      # indices, so per-example work stays in TF's thread pool.
-      positions = order.train_positions(
-          start_step + i, self.batch_size, self.process_index,
-          self.process_count)
-      crop_seeds, flips = example_seeds.crop_seeds_and_flips(
-          self.seed, positions)
-      return {'position': positions, 'crop_seed': crop_seeds, 'flip': flips,
-              'index': stream.example_indices(positions)}
-
-    local = self.local_batch_size
-    steps = step_batches.Steps(inputs, {
-        'position': tf.TensorSpec([local], tf.int64),
-        'index': tf.TensorSpec([local], tf.int64),
-        'crop_seed': tf.TensorSpec([local, 2], tf.int64),
-        'flip': tf.TensorSpec([local], tf.bool)})
     paths = tf.constant(self._train.paths)
     labels = tf.constant(self._train.labels)
     seed = tf.constant(self.seed, tf.int64)
@@ -90,13 +67,10 @@ class FilesDataset(Dataset):
             self._augment, tf.stack([seed, example['position']]))
       return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    return self._batches(steps, load, local, 'train',
-                         step_batches.train_expected(self, start_step))
+    return self._batches(step_batches.train_steps(self, start_step), load,
+                         self.local_batch_size, 'train')
 
   def eval_batches(self) -> Iterator[Batch]:
-    indices, mask = order.eval_indices(
-        self.num_eval_examples, self.eval_batch_size, self.process_index,
-        self.process_count)
     paths = tf.constant(self._eval.paths)
     labels = tf.constant(self._eval.labels)
     self._skipped['eval'] = 0
@@ -107,10 +81,5 @@ class FilesDataset(Dataset):
           self._image_size)
       return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    local = self.local_eval_batch_size
-    steps = step_batches.Steps(
-        lambda j: {'index': indices[j], 'mask': mask[j]},
-        {'index': tf.TensorSpec([local], tf.int64),
-         'mask': tf.TensorSpec([local], tf.bool)}, count=len(indices))
-    return self._batches(steps, load, local, 'eval',
-                         lambda j: (indices[j], mask[j]))
+    return self._batches(step_batches.eval_steps(self), load,
+                         self.local_eval_batch_size, 'eval')

@@ -31,6 +31,7 @@ import math
 from absl import logging
 import numpy as np
 
+from input_pipeline import example_seeds
 from input_pipeline import order
 from input_pipeline.dataset import Batch
 from input_pipeline.errors import DataError
@@ -51,15 +52,54 @@ class Steps:
 
   Attributes:
     inputs: i -> the inputs of the i-th step of the stream (counted from 0),
-      a dict of numpy arrays whose first dimension is the local batch. A pure
-      function of i: it is called again, from another thread, for a step
-      that lost examples.
+      a dict of numpy arrays whose first dimension is the local batch, with
+      at least 'index' (the example indices, which name skipped examples)
+      and, in evaluation, 'mask'. A pure function of i: it is called again,
+      from another thread, for a step that lost examples.
     spec: the tf.TensorSpec of each input.
     count: steps in the stream; None: endless.
   """
   inputs: Callable[[int], dict[str, np.ndarray]]
   spec: dict[str, tf.TensorSpec]
   count: int | None = None
+
+
+def train_steps(dataset, start_step: int) -> Steps:
+  """The training stream of `dataset` from `start_step`.
+
+  Each step's stream positions, example indices, and each example's crop
+  seed and flip: cheap numpy once per step, so that per-example work stays
+  in tf.data's threads.
+  """
+  stream = order.TrainOrder(dataset.num_train_examples, dataset.seed)
+  local = dataset.local_batch_size
+
+  def inputs(i: int) -> dict[str, np.ndarray]:
+    positions = order.train_positions(
+        start_step + i, dataset.batch_size, dataset.process_index,
+        dataset.process_count)
+    crop_seeds, flips = example_seeds.crop_seeds_and_flips(dataset.seed,
+                                                            positions)
+    return {'position': positions, 'index': stream.example_indices(positions),
+            'crop_seed': crop_seeds, 'flip': flips}
+  return Steps(inputs, {'position': tf.TensorSpec([local], tf.int64),
+                        'index': tf.TensorSpec([local], tf.int64),
+                        'crop_seed': tf.TensorSpec([local, 2], tf.int64),
+                        'flip': tf.TensorSpec([local], tf.bool)})
+
+
+def eval_steps(dataset) -> Steps:
+  """The evaluation stream of `dataset`: example indices and mask per step.
+
+  Padding slots point at example 0 and are masked out (order.eval_indices).
+  """
+  indices, mask = order.eval_indices(
+      dataset.num_eval_examples, dataset.eval_batch_size,
+      dataset.process_index, dataset.process_count)
+  local = dataset.local_eval_batch_size
+  return Steps(lambda j: {'index': indices[j], 'mask': mask[j]},
+               {'index': tf.TensorSpec([local], tf.int64),
+                'mask': tf.TensorSpec([local], tf.bool)}, count=len(indices))
 
 
 def _tagged(load: Callable) -> Callable:
@@ -176,7 +216,7 @@ def _complete_eval(rows: Batch, local_batch: int) -> Batch:
 
 
 def _redo_missing(steps: Steps, load: Callable, local_batch: int):
-  """(i, rows) -> rows plus the missing slots of step i that decode alone.
+  """(i, its inputs, rows) -> rows plus the missing slots that decode alone.
 
   A chunk is dropped whole when one of its examples fails; its other
   examples are decoded here again, one at a time, by the same function on
@@ -189,9 +229,8 @@ def _redo_missing(steps: Steps, load: Callable, local_batch: int):
   example_spec['slot'] = tf.TensorSpec([], tf.int32)
   load_one = tf.function(_tagged(load), input_signature=[example_spec])
 
-  def redo(i: int, rows: Batch) -> Batch:
+  def redo(i: int, inputs: dict[str, np.ndarray], rows: Batch) -> Batch:
     missing = np.setdiff1d(np.arange(local_batch), rows['slot'])
-    inputs = steps.inputs(i)
     redone = []
     for slot in missing:
       example = {key: value[slot] for key, value in inputs.items()}
@@ -211,8 +250,7 @@ def _redo_missing(steps: Steps, load: Callable, local_batch: int):
 
 
 def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
-            image_size: int, prefetch: int, skipped: dict[str, int],
-            expected: Callable[[int], tuple[np.ndarray, np.ndarray]]
+            image_size: int, prefetch: int, skipped: dict[str, int]
             ) -> Iterator[Batch]:
   """Numpy batches, exactly one per step; unreadable examples are counted.
 
@@ -225,10 +263,6 @@ def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
     image_size: side of the images.
     prefetch: batches prepared ahead.
     skipped: counts of skipped examples by split, updated in place.
-    expected: i -> (example indices, mask) that the i-th step of the stream
-      asked for, the mask all True in training: what a failure is measured
-      against and named by. Called only for steps that lost examples, from
-      the consumer's thread.
   """
   dataset = build(steps, load, local_batch=local_batch, prefetch=prefetch)
   redo = _redo_missing(steps, load, local_batch)
@@ -241,15 +275,19 @@ def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
 
   def complete(step: int, rows: Batch) -> Batch:
     if len(rows['slot']) < local_batch:  # else nothing failed
-      rows = redo(step, rows)
-      count_failures(step, rows['slot'])
+      inputs = steps.inputs(step)
+      rows = redo(step, inputs, rows)
+      count_failures(inputs, rows['slot'])
     if split == 'train':
       return _complete_train(rows, local_batch)
     return _complete_eval(rows, local_batch)
 
-  def count_failures(step: int, decoded_slots: np.ndarray) -> None:
-    indices, mask = expected(step)
-    failed = mask.copy()
+  def count_failures(inputs: dict[str, np.ndarray],
+                     decoded_slots: np.ndarray) -> None:
+    indices = inputs['index']
+    # Evaluation padding is not an example: its failure is not counted.
+    failed = inputs['mask'].copy() if 'mask' in inputs else np.ones(
+        local_batch, bool)
     failed[decoded_slots] = False
     if failed.any():
       skipped[split] += int(failed.sum())
@@ -265,18 +303,3 @@ def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
     step = tag + 1
   for empty in range(step, steps.count or 0):
     yield complete(empty, nothing)
-
-
-def train_expected(dataset, start_step: int
-                   ) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
-  """`expected` for the training stream of `dataset` from `start_step`."""
-  # Its own TrainOrder, so that naming a failure in one epoch does not evict
-  # the permutation the generator is using.
-  lookup = order.TrainOrder(dataset.num_train_examples, dataset.seed)
-
-  def expected(i: int) -> tuple[np.ndarray, np.ndarray]:
-    positions = order.train_positions(
-        start_step + i, dataset.batch_size, dataset.process_index,
-        dataset.process_count)
-    return lookup.example_indices(positions), np.ones(len(positions), bool)
-  return expected

@@ -13,8 +13,6 @@ from collections.abc import Iterator
 import numpy as np
 
 from input_pipeline import crops
-from input_pipeline import example_seeds
-from input_pipeline import order
 from input_pipeline import preprocess
 from input_pipeline import step_batches
 from input_pipeline.dataset import Batch, Dataset
@@ -51,35 +49,11 @@ class TfdsDataset(Dataset):
     self._prefetch_batches = prefetch_batches
     self._jpeg_only = source.is_jpeg_only()
 
-  def _spec(self, local_batch: int, eval_mode: bool
-            ) -> dict[str, tf.TensorSpec]:
-    spec = {'record': tf.TensorSpec([local_batch], tf.string)}
-    if eval_mode:
-      spec['mask'] = tf.TensorSpec([local_batch], tf.bool)
-    else:
-      spec['position'] = tf.TensorSpec([local_batch], tf.int64)
-      spec['crop_seed'] = tf.TensorSpec([local_batch, 2], tf.int64)
-      spec['flip'] = tf.TensorSpec([local_batch], tf.bool)
-    return spec
-
   def _eval_view(self, encoded: tf.Tensor) -> tf.Tensor:
     return crops.center_crop(encoded, self._image_size,
                              self._eval_crop_fraction, self._jpeg_only)
 
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
-    stream = order.TrainOrder(self.num_train_examples, self.seed)
-    records = self._train
-
-    def inputs(i: int) -> dict[str, np.ndarray]:
-      # Cheap Python once per step: the indices and their raw bytes.
-      positions = order.train_positions(
-          start_step + i, self.batch_size, self.process_index,
-          self.process_count)
-      crop_seeds, flips = example_seeds.crop_seeds_and_flips(
-          self.seed, positions)
-      return {'position': positions, 'crop_seed': crop_seeds, 'flip': flips,
-              'record': _read(records, stream.example_indices(positions))}
-
     seed = tf.constant(self.seed, tf.int64)
 
     def load(example):
@@ -97,33 +71,36 @@ class TfdsDataset(Dataset):
       return {'image': image, 'label': label}
 
     return step_batches.batches(
-        step_batches.Steps(inputs, self._spec(self.local_batch_size, False)),
+        _with_records(step_batches.train_steps(self, start_step), self._train),
         load, split='train', local_batch=self.local_batch_size,
         image_size=self._image_size, prefetch=self._prefetch_batches,
-        skipped=self._skipped,
-        expected=step_batches.train_expected(self, start_step))
+        skipped=self._skipped)
 
   def eval_batches(self) -> Iterator[Batch]:
-    indices, mask = order.eval_indices(
-        self.num_eval_examples, self.eval_batch_size, self.process_index,
-        self.process_count)
-    records = self._eval
     self._skipped['eval'] = 0
-
-    def inputs(j: int) -> dict[str, np.ndarray]:
-      # Padding slots read example 0 again; their mask hides it.
-      return {'mask': mask[j], 'record': _read(records, indices[j])}
 
     def load(example):
       encoded, label = self._source.parse(example['record'])
       return {'image': self._eval_view(encoded), 'label': label}
 
+    # Padding slots read example 0 again; their mask hides it.
     return step_batches.batches(
-        step_batches.Steps(inputs, self._spec(self.local_eval_batch_size,
-                                              True), count=len(indices)),
-        load, split='eval', local_batch=self.local_eval_batch_size,
+        _with_records(step_batches.eval_steps(self), self._eval), load,
+        split='eval', local_batch=self.local_eval_batch_size,
         image_size=self._image_size, prefetch=self._prefetch_batches,
-        skipped=self._skipped, expected=lambda j: (indices[j], mask[j]))
+        skipped=self._skipped)
+
+
+def _with_records(steps: step_batches.Steps, records) -> step_batches.Steps:
+  """`steps` plus the raw record of each example: cheap Python once a step."""
+  local = steps.spec['index'].shape[0]
+
+  def inputs(i: int) -> dict[str, np.ndarray]:
+    step = steps.inputs(i)
+    return {**step, 'record': _read(records, step['index'])}
+  return step_batches.Steps(
+      inputs, {**steps.spec, 'record': tf.TensorSpec([local], tf.string)},
+      steps.count)
 
 
 def _read(records, indices: np.ndarray) -> np.ndarray:

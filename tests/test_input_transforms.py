@@ -209,12 +209,16 @@ def _stream(values: np.ndarray, split: str, skipped: dict):
   from input_pipeline import step_batches
   from input_pipeline.tf_setup import tf
   local = values.shape[1]
-  mask = np.ones_like(values, bool)
-  spec = {'value': tf.TensorSpec([local], tf.int64)}
+  spec = {'value': tf.TensorSpec([local], tf.int64),
+          'index': tf.TensorSpec([local], tf.int64)}
   if split == 'eval':
     spec['mask'] = tf.TensorSpec([local], tf.bool)
-  inputs = lambda i: {'value': values[i], 'mask': mask[i]} if (
-      split == 'eval') else {'value': values[i]}
+
+  def inputs(i):
+    step = {'value': values[i], 'index': np.arange(local) + i * local}
+    if split == 'eval':
+      step['mask'] = np.ones(local, bool)
+    return step
 
   def load(example):
     check = tf.debugging.assert_non_negative(example['value'])
@@ -224,8 +228,7 @@ def _stream(values: np.ndarray, split: str, skipped: dict):
 
   return list(step_batches.batches(
       step_batches.Steps(inputs, spec, count=len(values)), load, split=split,
-      local_batch=local, image_size=1, prefetch=0, skipped=skipped,
-      expected=lambda i: (np.arange(local) + i * local, mask[i])))
+      local_batch=local, image_size=1, prefetch=0, skipped=skipped))
 
 
 def test_one_failure_in_a_chunk_loses_only_that_example():
