@@ -1,5 +1,6 @@
-"""Shared by the tests: running main.py as a user would."""
+"""Shared by the tests: running main.py as a user would, and data sets."""
 
+import itertools
 import os
 import subprocess
 import sys
@@ -20,3 +21,15 @@ def run_main(*args: str, timeout: float = 600, env: dict | None = None,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   return subprocess.run(command, cwd=REPO, env=full_env, text=True,
                         capture_output=True, timeout=timeout)
+
+
+def create_dataset(data, batch_size=8, eval_batch_size=4, seed=0, **kwargs):
+  """input_pipeline.create_dataset with the small batches the tests use."""
+  import input_pipeline  # pylint: disable=g-import-not-at-top
+  return input_pipeline.create_dataset(
+      data, batch_size=batch_size, eval_batch_size=eval_batch_size, seed=seed,
+      **kwargs)
+
+
+def take(iterator, n: int) -> list:
+  return list(itertools.islice(iterator, n))

@@ -14,6 +14,8 @@ import pytest
 
 from configs import default
 import input_pipeline
+from tests.helpers import create_dataset
+from tests.helpers import take
 from input_pipeline import order
 from input_pipeline import shapes
 
@@ -51,16 +53,6 @@ def _data_config(root, **overrides):
   return data
 
 
-def _create(data, batch_size=8, eval_batch_size=4, seed=0, **kwargs):
-  return input_pipeline.create_dataset(
-      data, batch_size=batch_size, eval_batch_size=eval_batch_size, seed=seed,
-      **kwargs)
-
-
-def _take(iterator, n):
-  return list(itertools.islice(iterator, n))
-
-
 @pytest.fixture
 def folder(tmp_path):
   """3 classes, 9 training and 7 evaluation images (7 % 4 != 0)."""
@@ -73,7 +65,7 @@ def folder(tmp_path):
 
 
 def test_batches_are_uint8_images_and_int32_labels_of_the_local_share(folder):
-  ds = _create(_data_config(folder), batch_size=8, eval_batch_size=4,
+  ds = create_dataset(_data_config(folder), batch_size=8, eval_batch_size=4,
                process_index=1, process_count=2)
   assert (ds.num_classes, ds.class_names) == (3, ['ant', 'bee', 'cat'])
   assert (ds.num_train_examples, ds.num_eval_examples) == (9, 7)
@@ -88,7 +80,7 @@ def test_batches_are_uint8_images_and_int32_labels_of_the_local_share(folder):
 
 
 def test_labels_follow_the_sorted_class_folders(folder):
-  ds = _create(_data_config(folder))
+  ds = create_dataset(_data_config(folder))
   batch = next(ds.train_batches())
   # _solid puts 40 * label in the blue channel.
   np.testing.assert_array_equal(batch['image'][:, 0, 0, 2], 40 * batch['label'])
@@ -101,7 +93,7 @@ def test_greyscale_and_rgba_images_come_out_rgb(tmp_path):
     Image.new('RGBA', (7, 9), (10, 20, 30, 128)).save(
         tmp_path / split / 'x' / 'alpha.PNG')
     Image.new('L', (8, 8), 200).save(tmp_path / split / 'x' / 'grey.JPEG')
-  ds = _create(_data_config(tmp_path), batch_size=3, eval_batch_size=3)
+  ds = create_dataset(_data_config(tmp_path), batch_size=3, eval_batch_size=3)
   images = next(ds.eval_batches())['image']  # sorted: alpha, grey.JPEG, grey
   assert images.shape == (3, SIZE, SIZE, 3)
   np.testing.assert_array_equal(images[0], np.broadcast_to([10, 20, 30],
@@ -115,7 +107,7 @@ def test_images_already_at_image_size_pass_through_unchanged(tmp_path):
   for split in ('train', 'val'):
     os.makedirs(tmp_path / split / 'x')
     Image.fromarray(noise).save(tmp_path / split / 'x' / 'noise.png')
-  ds = _create(_data_config(tmp_path), batch_size=1, eval_batch_size=1)
+  ds = create_dataset(_data_config(tmp_path), batch_size=1, eval_batch_size=1)
   np.testing.assert_array_equal(next(ds.train_batches())['image'][0], noise)
   np.testing.assert_array_equal(next(ds.eval_batches())['image'][0], noise)
 
@@ -123,7 +115,7 @@ def test_images_already_at_image_size_pass_through_unchanged(tmp_path):
 def test_files_that_are_not_jpeg_or_png_are_ignored(folder):
   (folder / 'train' / 'ant' / 'notes.txt').write_text('not an image')
   (folder / 'train' / 'ant' / '.hidden.png').write_bytes(b'')
-  assert _create(_data_config(folder)).num_train_examples == 9
+  assert create_dataset(_data_config(folder)).num_train_examples == 9
 
 
 # --- Class map --------------------------------------------------------------
@@ -131,11 +123,11 @@ def test_files_that_are_not_jpeg_or_png_are_ignored(folder):
 
 def test_class_map_is_written_then_reused(folder, tmp_path_factory):
   path = tmp_path_factory.mktemp('workdir') / 'classes.json'
-  _create(_data_config(folder), class_map_path=str(path))
+  create_dataset(_data_config(folder), class_map_path=str(path))
   assert json.loads(path.read_text()) == {'ant': 0, 'bee': 1, 'cat': 2}
   # A saved map wins over the sorted order, so labels stay stable.
   path.write_text(json.dumps({'cat': 0, 'bee': 1, 'ant': 2}))
-  ds = _create(_data_config(folder), class_map_path=str(path))
+  ds = create_dataset(_data_config(folder), class_map_path=str(path))
   assert ds.class_names == ['cat', 'bee', 'ant']
   batch = next(ds.eval_batches())
   ids = [_example_id(image) for image in batch['image']]
@@ -145,11 +137,11 @@ def test_class_map_is_written_then_reused(folder, tmp_path_factory):
 def test_class_folders_that_differ_from_the_saved_map_raise_data_error(
     folder, tmp_path_factory):
   path = tmp_path_factory.mktemp('workdir') / 'classes.json'
-  _create(_data_config(folder), class_map_path=str(path))
+  create_dataset(_data_config(folder), class_map_path=str(path))
   os.makedirs(folder / 'train' / 'dog')
   Image.new('RGB', (4, 4)).save(folder / 'train' / 'dog' / 'd.png')
   with pytest.raises(input_pipeline.DataError) as error:
-    _create(_data_config(folder), class_map_path=str(path))
+    create_dataset(_data_config(folder), class_map_path=str(path))
   message = str(error.value)
   assert 'ant, bee, cat, dog' in message and 'ant, bee, cat)' in message
   assert str(path) in message and '\n' not in message
@@ -158,7 +150,7 @@ def test_class_folders_that_differ_from_the_saved_map_raise_data_error(
 def test_eval_class_unknown_to_training_raises_data_error(folder):
   os.makedirs(folder / 'val' / 'dog')
   with pytest.raises(input_pipeline.DataError, match='dog'):
-    _create(_data_config(folder))
+    create_dataset(_data_config(folder))
 
 
 def test_split_without_images_raises_data_error(tmp_path):
@@ -166,7 +158,7 @@ def test_split_without_images_raises_data_error(tmp_path):
   os.makedirs(tmp_path / 'val' / 'a')
   Image.new('RGB', (4, 4)).save(tmp_path / 'train' / 'a' / '0.png')
   with pytest.raises(input_pipeline.DataError, match='no images in'):
-    _create(_data_config(tmp_path))
+    create_dataset(_data_config(tmp_path))
 
 
 # --- Evaluation coverage ----------------------------------------------------
@@ -183,7 +175,7 @@ def _eval_ids(ds):
 
 
 def test_eval_covers_every_example_once_when_size_does_not_divide_batch(folder):
-  ds = _create(_data_config(folder), eval_batch_size=4)
+  ds = create_dataset(_data_config(folder), eval_batch_size=4)
   ids, labels, batches = _eval_ids(ds)
   assert ds.num_eval_batches == 2  # ceil(7 / 4)
   assert sorted(ids) == list(range(9, 16))  # the 7 eval ids, once each
@@ -192,7 +184,7 @@ def test_eval_covers_every_example_once_when_size_does_not_divide_batch(folder):
 
 
 def test_eval_over_two_processes_covers_every_example_once(folder):
-  shards = [_eval_ids(_create(_data_config(folder), eval_batch_size=4,
+  shards = [_eval_ids(create_dataset(_data_config(folder), eval_batch_size=4,
                               process_index=p, process_count=2))
             for p in range(2)]
   # SPMD: every process must run the same number of eval steps.
@@ -218,8 +210,8 @@ def test_epoch_order_is_a_permutation_that_depends_on_seed_and_epoch():
 def test_two_processes_read_disjoint_halves_that_make_the_single_process_batch(
     folder, augment):
   data = _data_config(folder, augment=augment)
-  whole = _take(_create(data, batch_size=8).train_batches(), 4)
-  halves = [_take(_create(data, batch_size=8, process_index=p,
+  whole = take(create_dataset(data, batch_size=8).train_batches(), 4)
+  halves = [take(create_dataset(data, batch_size=8, process_index=p,
                           process_count=2).train_batches(), 4)
             for p in range(2)]
   for step in range(4):  # 4 steps of 8 cross three epochs of 9 examples
@@ -232,8 +224,8 @@ def test_two_processes_read_disjoint_halves_that_make_the_single_process_batch(
 @pytest.mark.parametrize('augment', ['none', 'flip', 'crop_flip'])
 def test_resumed_stream_equals_uninterrupted_stream_bitwise(folder, augment):
   data = _data_config(folder, augment=augment)
-  uninterrupted = _take(_create(data, seed=7).train_batches(), 6)
-  resumed = _take(_create(data, seed=7).train_batches(start_step=3), 3)
+  uninterrupted = take(create_dataset(data, seed=7).train_batches(), 6)
+  resumed = take(create_dataset(data, seed=7).train_batches(start_step=3), 3)
   for expected, actual in zip(uninterrupted[3:], resumed):
     for key in ('image', 'label'):
       np.testing.assert_array_equal(actual[key], expected[key])
@@ -245,8 +237,8 @@ def test_crop_flip_moves_pixels_but_not_labels(folder):
     array = np.asarray(Image.open(path)).copy()
     array[:5, :3] = 255
     Image.fromarray(array).save(path)
-  plain = _take(_create(_data_config(folder)).train_batches(), 4)
-  augmented = _take(_create(
+  plain = take(create_dataset(_data_config(folder)).train_batches(), 4)
+  augmented = take(create_dataset(
       _data_config(folder, augment='crop_flip')).train_batches(), 4)
   for a, b in zip(plain, augmented):
     np.testing.assert_array_equal(a['label'], b['label'])
@@ -257,9 +249,9 @@ def test_crop_flip_moves_pixels_but_not_labels(folder):
 
 def test_batch_size_not_divisible_by_process_count_raises_value_error(folder):
   with pytest.raises(ValueError, match='divisible'):
-    _create(_data_config(folder), batch_size=9, process_count=2)
+    create_dataset(_data_config(folder), batch_size=9, process_count=2)
   with pytest.raises(ValueError, match='divisible'):
-    _create(_data_config(folder), batch_size=8, eval_batch_size=3,
+    create_dataset(_data_config(folder), batch_size=8, eval_batch_size=3,
             process_count=2)
 
 
@@ -275,22 +267,22 @@ def _synthetic_config(**overrides):
 
 
 def test_synthetic_batches_are_a_pure_function_of_seed_and_step():
-  ds = _create(_synthetic_config(), batch_size=4, seed=1)
-  batches = _take(ds.train_batches(), 5)
+  ds = create_dataset(_synthetic_config(), batch_size=4, seed=1)
+  batches = take(ds.train_batches(), 5)
   assert batches[0]['image'].shape == (4, SIZE, SIZE, 3)
   assert batches[0]['image'].dtype == np.uint8
   assert batches[0]['label'].dtype == np.int32
   assert ds.num_classes == 5 and batches[0]['label'].max() < 5
-  resumed = next(_create(_synthetic_config(), batch_size=4,
+  resumed = next(create_dataset(_synthetic_config(), batch_size=4,
                          seed=1).train_batches(start_step=4))
   np.testing.assert_array_equal(resumed['image'], batches[4]['image'])
-  other_seed = next(_create(_synthetic_config(), batch_size=4,
+  other_seed = next(create_dataset(_synthetic_config(), batch_size=4,
                             seed=2).train_batches())
   assert not np.array_equal(other_seed['image'], batches[0]['image'])
 
 
 def test_synthetic_eval_is_padded_and_masked_like_real_data():
-  ds = _create(_synthetic_config(), eval_batch_size=4)
+  ds = create_dataset(_synthetic_config(), eval_batch_size=4)
   batches = list(ds.eval_batches())
   assert len(batches) == ds.num_eval_batches == 3
   assert sum(b['mask'].sum() for b in batches) == 10
@@ -361,7 +353,7 @@ def test_shapes_generation_keeps_the_copy_another_process_finished_first(
 def test_shapes_source_reads_the_generated_folder(tmp_path):
   root = shapes.ensure(str(tmp_path / 'shapes'), **_SMALL_SHAPES)
   data = _data_config(root, source='shapes', augment='crop_flip')
-  ds = _create(data, batch_size=4, eval_batch_size=4)
+  ds = create_dataset(data, batch_size=4, eval_batch_size=4)
   assert ds.class_names == shapes.class_names() and ds.num_classes == 10
   assert (ds.num_train_examples, ds.num_eval_examples) == (20, 10)
   assert next(ds.train_batches())['image'].shape == (4, SIZE, SIZE, 3)

@@ -6,7 +6,6 @@ and ImageNet itself under tfds.testing.mock_data.
 """
 
 import io
-import itertools
 import os
 
 import numpy as np
@@ -15,6 +14,8 @@ import pytest
 
 from configs import default
 import input_pipeline
+from tests.helpers import create_dataset
+from tests.helpers import take
 
 SIZE = 16
 CLASSES = ['ant', 'bee', 'cat']
@@ -74,16 +75,6 @@ def _data_config(data_dir, **overrides):
   return data
 
 
-def _create(data, batch_size=8, eval_batch_size=4, seed=0, **kwargs):
-  return input_pipeline.create_dataset(
-      data, batch_size=batch_size, eval_batch_size=eval_batch_size, seed=seed,
-      **kwargs)
-
-
-def _take(iterator, n):
-  return list(itertools.islice(iterator, n))
-
-
 def _eval_ids(ds):
   batches = list(ds.eval_batches())
   assert len(batches) == ds.num_eval_batches
@@ -95,7 +86,7 @@ def _eval_ids(ds):
 
 
 def test_batches_are_uint8_images_and_int32_labels_of_the_local_share(tiny):
-  ds = _create(_data_config(tiny), process_index=1, process_count=2)
+  ds = create_dataset(_data_config(tiny), process_index=1, process_count=2)
   assert ds.class_names == CLASSES and ds.num_classes == 3
   assert (ds.num_train_examples, ds.num_eval_examples) == (NUM_TRAIN, NUM_EVAL)
   train = next(ds.train_batches())
@@ -111,8 +102,8 @@ def test_batches_are_uint8_images_and_int32_labels_of_the_local_share(tiny):
 
 
 def test_labels_come_with_their_images(tiny):
-  ds = _create(_data_config(tiny))
-  for batch in _take(ds.train_batches(), 3):
+  ds = create_dataset(_data_config(tiny))
+  for batch in take(ds.train_batches(), 3):
     ids = [_example_id(image) for image in batch['image']]
     assert list(batch['label']) == [i % 3 for i in ids]
 
@@ -121,7 +112,7 @@ def test_labels_come_with_their_images(tiny):
 
 
 def test_eval_covers_every_example_once_when_size_does_not_divide_batch(tiny):
-  ds = _create(_data_config(tiny), eval_batch_size=4)
+  ds = create_dataset(_data_config(tiny), eval_batch_size=4)
   ids, batches = _eval_ids(ds)
   assert ds.num_eval_batches == 3  # ceil(11 / 4)
   assert sorted(ids) == list(range(NUM_TRAIN, NUM_TRAIN + NUM_EVAL))
@@ -130,7 +121,7 @@ def test_eval_covers_every_example_once_when_size_does_not_divide_batch(tiny):
 
 
 def test_eval_over_two_processes_covers_every_example_once(tiny):
-  shards = [_eval_ids(_create(_data_config(tiny), eval_batch_size=4,
+  shards = [_eval_ids(create_dataset(_data_config(tiny), eval_batch_size=4,
                               process_index=p, process_count=2))
             for p in range(2)]
   # SPMD: every process runs the same number of eval steps.
@@ -144,8 +135,8 @@ def test_eval_over_two_processes_covers_every_example_once(tiny):
 
 def test_two_processes_read_disjoint_shares_that_cover_the_split(tiny):
   data = _data_config(tiny)
-  whole = _take(_create(data).train_batches(), 3)  # one epoch: 3 x 8 = 24
-  halves = [_take(_create(data, process_index=p,
+  whole = take(create_dataset(data).train_batches(), 3)  # one epoch: 3 x 8 = 24
+  halves = [take(create_dataset(data, process_index=p,
                           process_count=2).train_batches(), 3)
             for p in range(2)]
   read = [{_example_id(image) for b in half for image in b['image']}
@@ -163,16 +154,16 @@ def test_two_processes_read_disjoint_shares_that_cover_the_split(tiny):
 @pytest.mark.parametrize('augment', ['inception_crop', 'crop_flip'])
 def test_resumed_stream_equals_uninterrupted_stream_bitwise(tiny, augment):
   data = _data_config(tiny, augment=augment)
-  uninterrupted = _take(_create(data, seed=7).train_batches(), 5)
-  resumed = _take(_create(data, seed=7).train_batches(start_step=3), 2)
+  uninterrupted = take(create_dataset(data, seed=7).train_batches(), 5)
+  resumed = take(create_dataset(data, seed=7).train_batches(start_step=3), 2)
   for expected, actual in zip(uninterrupted[3:], resumed):
     for key in ('image', 'label'):
       np.testing.assert_array_equal(actual[key], expected[key])
 
 
 def test_seed_changes_the_order(tiny):
-  first = next(_create(_data_config(tiny), seed=1).train_batches())
-  second = next(_create(_data_config(tiny), seed=2).train_batches())
+  first = next(create_dataset(_data_config(tiny), seed=1).train_batches())
+  second = next(create_dataset(_data_config(tiny), seed=2).train_batches())
   assert not np.array_equal(first['label'], second['label']) or (
       not np.array_equal(first['image'], second['image']))
 
@@ -194,8 +185,8 @@ def with_corrupt(request, tmp_path_factory):
 
 
 def test_corrupt_jpegs_are_skipped_and_counted_in_training(with_corrupt):
-  ds = _create(_data_config(with_corrupt))
-  epoch = _take(ds.train_batches(), 3)  # every training example once
+  ds = create_dataset(_data_config(with_corrupt))
+  epoch = take(ds.train_batches(), 3)  # every training example once
   for batch in epoch:
     assert batch['image'].shape == (8, SIZE, SIZE, 3)  # still full
   ids = {_example_id(image) for b in epoch for image in b['image']}
@@ -210,8 +201,8 @@ def test_examples_sharing_a_chunk_with_a_corrupt_one_keep_their_pixels(
   # A corrupt JPEG drops its whole chunk in tf.data; the other examples of
   # the chunk are decoded again on their own and must come out exactly as
   # from a clean copy of the data set in the same format.
-  _, clean = _eval_ids(_create(_data_config(tiny), eval_batch_size=4))
-  _, damaged = _eval_ids(_create(_data_config(with_corrupt), eval_batch_size=4))
+  _, clean = _eval_ids(create_dataset(_data_config(tiny)))
+  _, damaged = _eval_ids(create_dataset(_data_config(with_corrupt)))
   kept = 0
   for expected, actual in zip(clean, damaged):
     for slot in np.flatnonzero(actual['mask']):
@@ -222,7 +213,7 @@ def test_examples_sharing_a_chunk_with_a_corrupt_one_keep_their_pixels(
 
 
 def test_corrupt_jpegs_are_masked_and_counted_in_evaluation(with_corrupt):
-  ds = _create(_data_config(with_corrupt), eval_batch_size=4)
+  ds = create_dataset(_data_config(with_corrupt), eval_batch_size=4)
   ids, batches = _eval_ids(ds)
   assert len(batches) == 3
   assert sorted(ids) == sorted(set(range(NUM_TRAIN, NUM_TRAIN + NUM_EVAL)) -
@@ -236,8 +227,8 @@ def test_corrupt_jpegs_are_masked_and_counted_in_evaluation(with_corrupt):
 
 def test_resume_is_exact_with_corrupt_examples(with_corrupt):
   data = _data_config(with_corrupt)
-  uninterrupted = _take(_create(data).train_batches(), 6)
-  resumed = _take(_create(data).train_batches(start_step=4), 2)
+  uninterrupted = take(create_dataset(data).train_batches(), 6)
+  resumed = take(create_dataset(data).train_batches(start_step=4), 2)
   for expected, actual in zip(uninterrupted[4:], resumed):
     np.testing.assert_array_equal(actual['image'], expected['image'])
 
@@ -247,16 +238,16 @@ def test_resume_is_exact_with_corrupt_examples(with_corrupt):
 
 def test_unknown_split_raises_data_error_naming_the_splits(tiny):
   with pytest.raises(input_pipeline.DataError, match='validation'):
-    _create(_data_config(tiny, eval_split='test'))
+    create_dataset(_data_config(tiny, eval_split='test'))
 
 
 def test_class_map_of_other_data_raises_data_error(tiny, tmp_path):
   path = tmp_path / 'classes.json'
   path.write_text('{"dog": 0, "eel": 1, "fox": 2}')
   with pytest.raises(input_pipeline.DataError, match='classes'):
-    _create(_data_config(tiny), class_map_path=str(path))
+    create_dataset(_data_config(tiny), class_map_path=str(path))
 
 
 def test_the_folder_default_eval_split_val_means_validation(tiny):
-  ds = _create(_data_config(tiny, eval_split='val'))
+  ds = create_dataset(_data_config(tiny, eval_split='val'))
   assert ds.num_eval_examples == NUM_EVAL
