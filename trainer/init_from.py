@@ -28,6 +28,12 @@ def source_directory(init_from: str) -> str:
   return nested if os.path.isdir(nested) else path
 
 
+def _replicated(state) -> jax.sharding.NamedSharding:
+  """Replicated over the mesh `state`'s parameters live on."""
+  mesh = jax.tree.leaves(state.params)[0].sharding.mesh
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
 def _plan(state, init_config):
   """What to restore from where; UsageError if the checkpoint does not fit.
 
@@ -48,8 +54,7 @@ def _plan(state, init_config):
 
   ours = checkpointing.flatten({'params': state.params, 'batch_stats': state.batch_stats})
   theirs = checkpointing.flatten({'params': source['params'], 'batch_stats': source['batch_stats']})
-  mesh = jax.tree.leaves(state.params)[0].sharding.mesh
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  replicated = _replicated(state)
   target, take = {}, set()
   for path, meta in theirs.items():
     mine = ours.get(path)
@@ -81,8 +86,7 @@ def initialize_from(state, init_config):
   """`state` with parameters and batch statistics taken from the source run."""
   manager, step, source, target, take, ours = _plan(state, init_config)
   directory = manager.directory
-  mesh = jax.tree.leaves(state.params)[0].sharding.mesh
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  replicated = _replicated(state)
 
   # Restore the whole saved tree (StandardRestore needs all of it); leaves we
   # do not take (the optimiser state, a replaced head) land replicated and are
