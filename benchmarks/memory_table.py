@@ -24,7 +24,8 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import imagenet_vit_b16, imagenet_vit_l16  # pylint: disable=g-import-not-at-top,wrong-import-position
-from trainer import memory, setup, train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainer import memory, setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainer.engines import spmd  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RECIPES = {'vit_b16': imagenet_vit_b16, 'vit_l16': imagenet_vit_l16}
 MESHES = {'data=8': (8, 1, 1), 'fsdp=8': (1, 8, 1), 'fsdp=4 x tensor=2': (1, 4, 2)}
@@ -40,7 +41,7 @@ def measure(model_name: str, mesh_shape, batch_size: int) -> dict:
   with tempfile.TemporaryDirectory() as workdir:
     exp = setup.build_experiment(config, workdir)
     start = time.perf_counter()
-    compiled = train.compile_train_step(exp)
+    compiled = spmd.compile_train_step(exp)
     compile_s = time.perf_counter() - start
   usage = memory.report(compiled, exp.abstract_state)
   total_state = sum(int(np.prod(x.shape)) * x.dtype.itemsize

@@ -20,12 +20,14 @@ from configs import default as default_config
 CONFIG_FILE_NAME = 'config.json'
 
 # What may differ between runs in one work dir (DESIGN.md): the length of
-# training, cadences, the mesh and device count, evaluation settings, where
-# the data lives, and host-side performance knobs. Everything else decides
+# training, cadences, the mesh and device count, the engine (where parameters
+# live and how gradients meet), evaluation settings, where the data lives,
+# and host-side performance knobs. Everything else decides
 # what the checkpoints mean and must match.
 MUTABLE_KEY_PREFIXES = (
     'num_train_steps', 'num_epochs', 'log_every_steps', 'eval_every_steps',
     'checkpoint.', 'mesh.', 'eval.', 'runtime.', 'debug.', 'nonfinite',
+    'engine', 'ps.', 'model.bn_group_size',
     'data.dir', 'data.manual_dir', 'data.prefetch_batches',
 )
 

@@ -16,7 +16,9 @@ MESH_AXES = ('data', 'fsdp', 'tensor')
 OPTIMIZERS = ('sgd', 'adamw')
 LR_SCALINGS = ('linear', 'none')
 LR_SCHEDULES = ('cosine', 'constant')
-ENGINES = ('spmd',)
+ENGINES = ('spmd', 'ps')
+PS_MODES = ('sync', 'async')
+PS_PARTITIONERS = ('greedy', 'round_robin')
 NONFINITE = ('stop', 'skip')
 
 
@@ -41,7 +43,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _one_of('model.remat', config.model.remat, remat.MODES)
   _at_least('model.num_classes', config.model.num_classes, 0)
   _at_least('model.width', config.model.width, 0)
-
+  _at_least('model.bn_group_size', config.model.bn_group_size, 0)
 
   _at_least('batch_size', config.batch_size, 1)
   _at_least('num_train_steps', config.num_train_steps, 0)
@@ -80,6 +82,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     for axis in filter(None, rule[1].split(',')):
       _one_of(f'sharding_rules[{rule[0]}]', axis, MESH_AXES)
   _one_of('engine', config.engine, ENGINES)
+  _check_ps(config)
   _one_of('nonfinite', config.nonfinite, NONFINITE)
   _at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
   _at_least('init.checkpoint_step', config.init.checkpoint_step, -1)
@@ -97,6 +100,41 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _at_least('eval.batch_size', config.eval.batch_size, 0)
   _at_least('runtime.num_cpu_devices', config.runtime.num_cpu_devices, 0)
   _at_least('runtime.device_memory_gib', config.runtime.device_memory_gib, 0.0)
+
+
+def _check_ps(config: ml_collections.ConfigDict) -> None:
+  ps = config.ps
+  _at_least('ps.num_shards', ps.num_shards, 1)
+  _at_least('ps.num_workers', ps.num_workers, 0)
+  _one_of('ps.mode', ps.mode, PS_MODES)
+  _one_of('ps.partitioner', ps.partitioner, PS_PARTITIONERS)
+  if ps.mode == 'sync' and ps.max_staleness != -1:
+    raise UsageError(f'ps.max_staleness={ps.max_staleness} applies to '
+                     'ps.mode=async only; remove it or set ps.mode=async')
+  if ps.max_staleness < -1:
+    raise UsageError(f'ps.max_staleness={ps.max_staleness} must be >= 0 '
+                     '(steps a worker may run ahead of the slowest)')
+  for key in ('bandwidth_gbps', 'latency_ms'):
+    if not math.isfinite(ps[key]) or ps[key] < 0:
+      raise UsageError(f'ps.{key}={ps[key]!r} must be a finite number > 0, '
+                       'or 0 for ' + ('unlimited' if key == 'bandwidth_gbps'
+                                      else 'none'))
+  if config.engine != 'ps':
+    return
+  if config.mesh.fsdp not in (1,) or config.mesh.tensor not in (1,):
+    raise UsageError(
+        f'engine=ps emulates data parallelism only, but mesh.fsdp='
+        f'{config.mesh.fsdp} and mesh.tensor={config.mesh.tensor}; set both '
+        'to 1 (or use engine=spmd)')
+  if ps.overlap and config.grad_accum_steps > 1:
+    raise UsageError('ps.overlap pushes each gradient once, as backprop makes '
+                     f'it, but grad_accum_steps={config.grad_accum_steps} makes '
+                     'several per step; use one or the other')
+
+
+def num_ps_workers(config: ml_collections.ConfigDict, num_devices: int) -> int:
+  """N_w: ps.num_workers, or every device when it is 0."""
+  return config.ps.num_workers or num_devices
 
 
 def resolve_mesh_shape(mesh_config, num_devices: int) -> tuple[int, ...]:
@@ -139,3 +177,37 @@ def check_against_devices(config: ml_collections.ConfigDict, *,
         f'grad_accum_steps={config.grad_accum_steps} does not divide the '
         f'per-device batch of {per_device} (batch_size {config.batch_size} over '
         f'{batch_ways} devices)')
+  group = config.model.bn_group_size
+  micro_batch = config.batch_size // config.grad_accum_steps
+  if group and micro_batch % group:
+    raise UsageError(f'model.bn_group_size={group} does not divide the batch '
+                     f'of {micro_batch} that batch norm sees (batch_size / '
+                     'grad_accum_steps)')
+  if config.engine == 'ps':
+    _check_ps_against_devices(config, num_devices, num_processes)
+
+
+def _check_ps_against_devices(config, num_devices: int, num_processes: int) -> None:
+  if num_processes > 1:
+    raise UsageError(f'engine=ps runs in one process (its servers live in that '
+                     f'host\'s memory), but {num_processes} processes were '
+                     'started; use engine=spmd across hosts')
+  workers = num_ps_workers(config, num_devices)
+  if workers > num_devices:
+    raise UsageError(f'ps.num_workers={workers} but only {num_devices} devices '
+                     'are present; workers are devices')
+  if config.batch_size % workers:
+    raise UsageError(f'batch_size={config.batch_size} does not divide over the '
+                     f'{workers} ps workers; use a multiple of {workers}')
+  per_worker = config.batch_size // workers
+  if per_worker % config.grad_accum_steps:
+    raise UsageError(
+        f'grad_accum_steps={config.grad_accum_steps} does not divide the '
+        f'per-worker batch of {per_worker}')
+  group = config.model.bn_group_size
+  micro = per_worker // config.grad_accum_steps
+  if group and micro % group:
+    raise UsageError(
+        f'model.bn_group_size={group}: a ps worker keeps batch-norm statistics '
+        f'of its own {micro} examples only, so groups must divide {micro} '
+        '(or set 0: each worker\'s whole slice)')

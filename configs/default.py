@@ -21,6 +21,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.dtype = 'float32'  # compute dtype: float32 or bfloat16
   config.model.width = 0  # base width (ResNet stem channels); 0: published width
   config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
+  config.model.bn_group_size = 0  # batch-norm statistics over groups of G examples (32 per worker in large-batch ImageNet); 0: the whole batch
 
   # --- Data ------------------------------------------------------------------
   config.data = ml_collections.ConfigDict()
@@ -67,7 +68,18 @@ def get_config() -> ml_collections.ConfigDict:
   # named sets in configs/sharding.py. Data, not code: a change of
   # parallelism is a change here and in config.mesh, never in the model.
   config.sharding_rules = sharding.FSDP_TENSOR
-  config.engine = 'spmd'  # spmd (the parameter-server engine comes later)
+  config.engine = 'spmd'  # spmd (jit over the mesh), ps (host parameter-server emulation; ARCHITECTURE.md)
+
+  # --- Parameter-server emulation (engine='ps') --------------------------------
+  config.ps = ml_collections.ConfigDict()
+  config.ps.num_shards = 1  # N_ps: server shards in host memory
+  config.ps.num_workers = 0  # N_w: worker devices; 0: every device
+  config.ps.mode = 'sync'  # sync (one aggregated update per step, = SPMD data parallelism), async (each gradient applied on arrival)
+  config.ps.max_staleness = -1  # async: steps a worker may run ahead of the slowest; -1: unset (async then uses 1)
+  config.ps.partitioner = 'greedy'  # greedy (balance bytes; large variables split along axis 0), round_robin (whole variables in turn)
+  config.ps.bandwidth_gbps = 0.0  # per network interface and direction, Gbit/s; 0: unlimited
+  config.ps.latency_ms = 0.0  # one-way latency of every message
+  config.ps.overlap = False  # push a layer's gradient as soon as backprop produces it, while earlier layers still compute
 
   # --- Cadences and outputs --------------------------------------------------
   config.log_every_steps = 50  # progress line and train metrics

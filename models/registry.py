@@ -14,8 +14,10 @@ DTYPES: tuple[str, ...] = tuple(_DTYPES)  # compute dtypes by config name
 
 
 def _resnet(depth: int) -> Callable[..., nn.Module]:
-  def make(*, width: int, image_size: int, **kwargs) -> nn.Module:
+  def make(*, width: int, image_size: int, bn_group_size: int,
+           **kwargs) -> nn.Module:
     del image_size  # Global pooling: any resolution works.
+    kwargs['bn_group_size'] = bn_group_size
     if width:
       kwargs['width'] = width
     return resnet.resnet(depth, **kwargs)
@@ -23,7 +25,9 @@ def _resnet(depth: int) -> Callable[..., nn.Module]:
 
 
 def _vit(variant: str, patch_size: int) -> Callable[..., nn.Module]:
-  def make(*, width: int, image_size: int, **kwargs) -> nn.Module:
+  def make(*, width: int, image_size: int, bn_group_size: int,
+           **kwargs) -> nn.Module:
+    del bn_group_size  # No batch norm.
     if width:
       # One knob for a smaller or larger ViT: the residual width, with the
       # paper's MLP ratio of 4 and 64-wide heads (one head below 128).
@@ -45,7 +49,7 @@ MODEL_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
 def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
                  width: int = 0, remat: str = 'none', image_size: int = 224,
-                 **overrides: Any) -> nn.Module:
+                 bn_group_size: int = 0, **overrides: Any) -> nn.Module:
   """Builds the named model.
 
   Args:
@@ -58,6 +62,8 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
     remat: 'none', 'full' or 'dots' (models/remat.py): what each residual block
       recomputes in the backward pass (less activation memory, more compute).
     image_size: input resolution; ViT sizes its position embedding by it.
+    bn_group_size: models with batch norm: statistics over groups of this
+      many examples (models/batch_norm.py); 0: over the whole batch.
     **overrides: module fields to set directly, e.g. ViT's hidden_size,
       mlp_dim, num_heads, depth, or ResNet's stage_sizes.
 
@@ -73,7 +79,8 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
   remat_lib.check_mode(remat)
   return _REGISTRY[name](
       num_classes=num_classes, dtype=_DTYPES[dtype], remat=remat,
-      width=width, image_size=image_size, **overrides)
+      width=width, image_size=image_size, bn_group_size=bn_group_size,
+      **overrides)
 
 
 def has_batch_norm(name: str) -> bool:

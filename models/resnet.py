@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from models import batch_norm as batch_norm_lib
 from models import remat as remat_lib
 
 # He et al. (2015) init for ReLU networks, fan_out as in torchvision.
@@ -39,12 +40,13 @@ def _conv(features: int, kernel: int, strides: int, dtype: Any,
       name=name)
 
 
-def _batch_norm(train: bool, dtype: Any, zero_init: bool = False,
-                name: str | None = None) -> nn.BatchNorm:
-  """BatchNorm with running statistics in the 'batch_stats' collection."""
+def _batch_norm(train: bool, dtype: Any, group_size: int, zero_init: bool = False,
+                name: str | None = None) -> nn.Module:
+  """BatchNorm with running statistics in the 'batch_stats' collection;
+  statistics over groups of `group_size` examples when > 0 (models/batch_norm.py)."""
   scale_init = nn.initializers.zeros if zero_init else nn.initializers.ones
-  return nn.BatchNorm(
-      use_running_average=not train, momentum=0.9, epsilon=1e-5, dtype=dtype,
+  return batch_norm_lib.batch_norm(
+      train=train, group_size=group_size, momentum=0.9, epsilon=1e-5, dtype=dtype,
       param_dtype=jnp.float32,
       scale_init=nn.with_logical_partitioning(scale_init, ('conv_out',)),
       bias_init=nn.with_logical_partitioning(
@@ -52,12 +54,12 @@ def _batch_norm(train: bool, dtype: Any, zero_init: bool = False,
       name=name)
 
 
-def _shortcut(x, y, strides: int, train: bool, dtype: Any):
+def _shortcut(x, y, strides: int, train: bool, dtype: Any, bn_group_size: int):
   """Identity, or a strided 1x1 projection when the shape changes."""
   if x.shape == y.shape:
     return x
   x = _conv(y.shape[-1], 1, strides, dtype, name='proj_conv')(x)
-  return _batch_norm(train, dtype, name='proj_bn')(x)
+  return _batch_norm(train, dtype, bn_group_size, name='proj_bn')(x)
 
 
 class BasicBlock(nn.Module):
@@ -65,16 +67,17 @@ class BasicBlock(nn.Module):
   filters: int
   strides: int = 1
   dtype: Any = jnp.float32
+  bn_group_size: int = 0
 
   @nn.compact
   def __call__(self, x, train: bool):
     y = _conv(self.filters, 3, self.strides, self.dtype)(x)
-    y = nn.relu(_batch_norm(train, self.dtype)(y))
+    y = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size)(y))
     y = _conv(self.filters, 3, 1, self.dtype)(y)
     # Zero-init of the last scale makes each block start as the identity,
     # which lets large batches train stably (Goyal et al. 2017).
-    y = _batch_norm(train, self.dtype, zero_init=True)(y)
-    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype) + y)
+    y = _batch_norm(train, self.dtype, self.bn_group_size, zero_init=True)(y)
+    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype, self.bn_group_size) + y)
 
 
 class Bottleneck(nn.Module):
@@ -82,16 +85,17 @@ class Bottleneck(nn.Module):
   filters: int
   strides: int = 1
   dtype: Any = jnp.float32
+  bn_group_size: int = 0
 
   @nn.compact
   def __call__(self, x, train: bool):
     y = _conv(self.filters, 1, 1, self.dtype)(x)
-    y = nn.relu(_batch_norm(train, self.dtype)(y))
+    y = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size)(y))
     y = _conv(self.filters, 3, self.strides, self.dtype)(y)
-    y = nn.relu(_batch_norm(train, self.dtype)(y))
+    y = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size)(y))
     y = _conv(self.filters * 4, 1, 1, self.dtype)(y)
-    y = _batch_norm(train, self.dtype, zero_init=True)(y)
-    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype) + y)
+    y = _batch_norm(train, self.dtype, self.bn_group_size, zero_init=True)(y)
+    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype, self.bn_group_size) + y)
 
 
 class ResNet(nn.Module):
@@ -106,6 +110,8 @@ class ResNet(nn.Module):
     dtype: compute dtype; parameters are always float32.
     remat: 'none', 'full' or 'dots' (models/remat.py): what each block
       recomputes in the backward pass.
+    bn_group_size: batch-norm statistics over groups of this many examples;
+      0: over the whole batch (models/batch_norm.py).
   """
   stage_sizes: Sequence[int]
   block_cls: Callable[..., nn.Module]
@@ -113,6 +119,7 @@ class ResNet(nn.Module):
   width: int = 64
   dtype: Any = jnp.float32
   remat: str = 'none'
+  bn_group_size: int = 0
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -124,7 +131,7 @@ class ResNet(nn.Module):
     # The 3 RGB channels cannot be split across devices, so the stem's input
     # axis has no logical name (like the ViT patch embedding).
     x = _conv(self.width, 7, 2, self.dtype, name='stem_conv', in_axis=None)(x)
-    x = nn.relu(_batch_norm(train, self.dtype, name='stem_bn')(x))
+    x = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size, name='stem_bn')(x))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
 
@@ -133,6 +140,7 @@ class ResNet(nn.Module):
         strides = 2 if stage > 0 and block == 0 else 1
         x = block_cls(
             filters=self.width * 2**stage, strides=strides, dtype=self.dtype,
+            bn_group_size=self.bn_group_size,
             name=f'stage{stage + 1}_block{block + 1}')(x, train)
       x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
 

@@ -59,6 +59,7 @@ def create_model(config, num_classes: int) -> nn.Module:
   return registry.create_model(
       config.model.name, num_classes=num_classes, dtype=config.model.dtype,
       width=config.model.width, remat=config.model.remat,
+      bn_group_size=config.model.bn_group_size,
       image_size=config.data.image_size)
 
 

@@ -68,30 +68,28 @@ def _micro_batches(x: jax.Array, k: int) -> jax.Array:
   return jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1)
 
 
-def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
-               label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
-               grad_accum_steps: int = 1, seed: int = 0,
-               skip_nonfinite: bool = False, nan_at_step: int = -1):
-  """One optimiser step on a global batch; returns (state, metrics).
+def compute_gradients(params, batch_stats, batch, step, *, model,
+                      label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
+                      grad_accum_steps: int = 1, seed: int = 0,
+                      nan_at_step: int = -1):
+  """Gradients of the mean loss over `batch`; returns (grads, batch_stats, metrics).
+
+  The one loss-and-gradient code of both engines: SPMD calls it on the global
+  batch inside one program, a parameter-server worker on its own slice.
 
   With grad_accum_steps = k the batch is split into k micro-batches whose
-  gradients are averaged before one update: the same update as one batch (for
-  models without batch norm), with a k-th of the activation memory.
-
-  metrics['finite'] is 0 when the loss or the gradients are not finite; it is
-  computed on the device and read with the other metrics, so no step waits for
-  the host. With skip_nonfinite such a step leaves parameters, statistics and
-  optimiser state unchanged (the data position still advances).
-  nan_at_step >= 0 injects a NaN loss at that step (fault injection for tests).
+  gradients are averaged: the same gradient as one batch (for models without
+  batch norm), with a k-th of the activation memory. nan_at_step >= 0 injects
+  a NaN loss at that step (fault injection for tests). metrics: 'loss' and
+  'accuracy' (top-1) over the batch.
   """
   images = normalize_images(batch['image'])
   if nan_at_step >= 0:
-    images = jnp.where(state.step == nan_at_step, jnp.nan, images)
+    images = jnp.where(step == nan_at_step, jnp.nan, images)
   labels = batch['label']
-  params = state.params
   targets = soft_targets(labels, model.num_classes, label_smoothing)
   if mixup_alpha > 0:
-    rng = jax.random.fold_in(jax.random.key(seed), state.step)
+    rng = jax.random.fold_in(jax.random.key(seed), step)
     images, targets = mixup(rng, images, targets, mixup_alpha)
 
   def loss_fn(p, batch_stats, images, targets):
@@ -102,7 +100,7 @@ def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   if grad_accum_steps == 1:
     (loss, (logits, batch_stats)), grads = grad_fn(
-        params, state.batch_stats, images, targets)
+        params, batch_stats, images, targets)
   else:
     k = grad_accum_steps
 
@@ -114,33 +112,56 @@ def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
 
     zeros = jax.tree.map(jnp.zeros_like, params)
     (grads, loss, batch_stats), logits = jax.lax.scan(
-        accumulate, (zeros, jnp.zeros(()), state.batch_stats),
+        accumulate, (zeros, jnp.zeros(()), batch_stats),
         (_micro_batches(images, k), _micro_batches(targets, k)))
     grads = jax.tree.map(lambda g: g / k, grads)
     loss = loss / k
     labels = _micro_batches(labels, k).reshape(-1)
     logits = logits.reshape(-1, logits.shape[-1])
+  metrics = {'loss': loss, 'accuracy': top_k_correct(logits, labels, 1).mean()}
+  return grads, batch_stats, metrics
 
+
+def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
+               label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
+               grad_accum_steps: int = 1, seed: int = 0,
+               skip_nonfinite: bool = False, nan_at_step: int = -1):
+  """One optimiser step on a global batch; returns (state, metrics).
+
+  metrics['finite'] is 0 when the loss or the gradients are not finite; it is
+  computed on the device and read with the other metrics, so no step waits for
+  the host. With skip_nonfinite such a step leaves parameters, statistics and
+  optimiser state unchanged (the data position still advances).
+  """
+  params = state.params
+  grads, batch_stats, metrics = compute_gradients(
+      params, state.batch_stats, batch, state.step, model=model,
+      label_smoothing=label_smoothing, mixup_alpha=mixup_alpha,
+      grad_accum_steps=grad_accum_steps, seed=seed, nan_at_step=nan_at_step)
   grad_norm = optax.tree.norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  finite = jnp.isfinite(metrics['loss']) & jnp.isfinite(grad_norm)
   updates, opt_state = tx.update(grads, state.opt_state, params)
   new_state = state.replace(step=state.step + 1,
                             params=optax.apply_updates(params, updates),
                             batch_stats=batch_stats, opt_state=opt_state)
   if skip_nonfinite:
-    keep_old = lambda new, old: jnp.where(finite, new, old)
-    new_state = new_state.replace(
-        params=jax.tree.map(keep_old, new_state.params, state.params),
-        batch_stats=jax.tree.map(keep_old, new_state.batch_stats, state.batch_stats),
-        opt_state=jax.tree.map(keep_old, new_state.opt_state, state.opt_state))
+    new_state = new_state.replace(**keep_if_finite(
+        finite, {'params': new_state.params, 'batch_stats': batch_stats,
+                 'opt_state': opt_state},
+        {'params': params, 'batch_stats': state.batch_stats,
+         'opt_state': state.opt_state}))
   metrics = {
-      'loss': loss,
-      'accuracy': top_k_correct(logits, labels, 1).mean(),
+      **metrics,
       'lr': learning_rate_fn(state.step),
       'grad_norm': grad_norm,
       'finite': finite.astype(jnp.float32),
   }
   return new_state, metrics
+
+
+def keep_if_finite(finite: jax.Array, new, old):
+  """`new` where `finite`, else `old`, leaf by leaf (nonfinite=skip)."""
+  return jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
 
 
 def eval_step(state: TrainState, batch, *, model):

@@ -2,7 +2,6 @@
 
 import dataclasses
 import errno
-import functools
 import os
 import time
 
@@ -16,13 +15,12 @@ from input_pipeline import folder
 from trainer import checkpointing
 from trainer import device_input
 from trainer import evaluate
+from trainer import engines
 from trainer import init_from
-from trainer import memory
 from trainer import metrics_log
 from trainer import preemption
 from trainer import setup
 from trainer import state as state_lib
-from trainer import steps
 
 
 class NonFiniteLoss(RunFailure):
@@ -34,37 +32,6 @@ class TrainOutcome:
   step: int  # the step training stopped at
   preempted: bool  # stopped by a signal after a clean save
   eval_metrics: dict | None  # the last evaluation, if any
-
-
-def compile_train_step(exp: setup.Experiment):
-  """The train step, compiled before the loop so its memory use is known."""
-  fn = jax.jit(
-      functools.partial(steps.train_step, model=exp.model, tx=exp.tx,
-                        learning_rate_fn=exp.learning_rate_fn,
-                        label_smoothing=exp.config.label_smoothing,
-                        mixup_alpha=exp.config.mixup_alpha,
-                        grad_accum_steps=exp.config.grad_accum_steps,
-                        seed=exp.config.seed,
-                        skip_nonfinite=exp.config.nonfinite == 'skip',
-                        nan_at_step=exp.config.debug.nan_at_step),
-      in_shardings=(exp.state_shardings, exp.batch_sharding),
-      out_shardings=(exp.state_shardings, None),
-      donate_argnums=0)
-  size = exp.config.data.image_size
-  batch_spec = {
-      'image': jax.ShapeDtypeStruct((exp.config.batch_size, size, size, 3),
-                                    np.uint8, sharding=exp.batch_sharding),
-      'label': jax.ShapeDtypeStruct((exp.config.batch_size,), np.int32,
-                                    sharding=exp.batch_sharding),
-  }
-  start = time.perf_counter()
-  with exp.tracing_context():
-    compiled = fn.lower(exp.abstract_state, batch_spec).compile()
-  usage = memory.report(compiled, exp.abstract_state)
-  logging.info('Compiled the train step in %.1fs; memory %s',
-               time.perf_counter() - start, usage.describe())
-  memory.check_fits(usage, memory.device_capacity(exp.config.runtime.device_memory_gib))
-  return compiled
 
 
 def _format_eta(seconds: float) -> str:
@@ -104,9 +71,10 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   """Trains to config's length, resuming from the work dir's latest checkpoint."""
   # --- Mesh, data, model, optimiser: everything the config determines.
   exp = setup.build_experiment(config, workdir)
-  # --- Steps: compiled before the work dir is touched, so a config that
-  # does not fit the device memory stops here with nothing written.
-  train_fn = compile_train_step(exp)
+  # --- Engine and steps: compiled (and the engine's config checked) before
+  # the work dir is touched, so a config that does not fit the device memory
+  # or the engine stops here with nothing written.
+  engine = engines.create_engine(exp)
   eval_fn = evaluate.compile_eval_step(exp)
   if config.init.from_workdir:
     init_from.check(exp.abstract_state, config.init)
@@ -119,11 +87,12 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   stop = preemption.StopRequest()
   outcome, error = None, None
   try:
-    outcome = _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop)
+    outcome = _train_loop(exp, engine, eval_fn, log, checkpointer, stop)
   except Exception as e:  # pylint: disable=broad-except
     error = e
   finally:
     stop.restore_handlers()
+    engine.close()
   # Closing waits for the last asynchronous save, whose failure surfaces here.
   for close in (checkpointer.close, log.close):
     try:
@@ -162,23 +131,28 @@ def _disk_full_cause(error: BaseException) -> str:
   return 'No space left on device'
 
 
-def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome:
+def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
   config = exp.config
-  # --- State: restored (resume after preemption) or created sharded.
+  # --- State: restored (resume after preemption) or created sharded, then
+  # handed to the engine, which owns it from here on.
   state = _initial_state(exp, checkpointer)
   start_step = int(jax.device_get(state.step))
+  engine.start(state)
+  del state
   total = exp.total_steps
   eval_every = config.eval_every_steps or exp.steps_per_epoch
-  logging.info('Mesh %s; global batch %d; %d steps (%d per epoch); from step %d',
-               dict(exp.mesh.shape), config.batch_size, total,
-               exp.steps_per_epoch, start_step)
+  logging.info('Mesh %s; engine %s; global batch %d; %d steps (%d per epoch); '
+               'from step %d', dict(exp.mesh.shape), config.engine,
+               config.batch_size, total, exp.steps_per_epoch, start_step)
 
-  def check_finite(pending, first_step):
-    """Raises NonFiniteLoss naming the first bad step among `pending`."""
-    if config.nonfinite != 'stop' or not pending:
+  def collect():
+    """Metrics of the steps since the last collect; stops on a non-finite one."""
+    records = engine.collect_metrics()
+    first = interval_first + len(pending)
+    pending.extend(records)
+    if config.nonfinite != 'stop':
       return
-    flags = jax.device_get([m['finite'] for m in pending])
-    bad = [first_step + 1 + i for i, ok in enumerate(flags) if not ok]
+    bad = [first + 1 + i for i, m in enumerate(records) if not m['finite']]
     if bad:
       kept = checkpointer.latest_step()
       raise NonFiniteLoss(
@@ -188,7 +162,8 @@ def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome
           'learning_rate, set grad_clip_norm, or nonfinite=skip')
 
   def save(step, eval_metrics=None):
-    check_finite(pending, interval_first)
+    collect()
+    state = engine.state()
     meta = {'step': step, 'data_position': step}
     checkpointer.save(step, state, meta)
     if eval_metrics is not None:
@@ -197,7 +172,7 @@ def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome
   # --- Input: the stream is a pure function of (seed, step), so resuming at
   # start_step continues exactly where the interrupted run stopped.
   batches = device_input.DevicePrefetcher(
-      exp.dataset.train_batches(start_step), exp.batch_sharding,
+      exp.dataset.train_batches(start_step), engine.batch_sharding,
       size=config.data.prefetch_batches)
 
   # --- Loop.
@@ -205,15 +180,13 @@ def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome
   interval_start, interval_first = time.perf_counter(), start_step
   step = start_step
   while step < total:
-    state, metrics = train_fn(state, next(batches))
-    pending.append(metrics)
+    engine.step(next(batches))
     step += 1
 
     if step % config.log_every_steps == 0 or step == total:
-      check_finite(pending, interval_first)
-      fetched = jax.device_get(pending)
-      summary = {k: float(np.mean([m[k] for m in fetched])) for k in pending[0]}
-      summary['nonfinite_steps'] = int(sum(1 - m.pop('finite') for m in fetched))
+      collect()
+      summary = {k: float(np.mean([m[k] for m in pending])) for k in pending[0]}
+      summary['nonfinite_steps'] = int(sum(1 - m['finite'] for m in pending))
       del summary['finite']
       elapsed = time.perf_counter() - interval_start
       steps_done = step - interval_first
@@ -224,15 +197,16 @@ def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome
                  'input_wait_s': batches.pop_wait_s() / steps_done,
                  # unreadable training images so far (this process's reads)
                  'num_skipped': exp.dataset.skipped_counts()['train']})
-      logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | ETA %s',
+      logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | ETA %s%s',
                    step, total, summary['loss'], summary['accuracy'],
                    config.batch_size / step_time,
-                   _format_eta(step_time * (total - step)))
+                   _format_eta(step_time * (total - step)),
+                   _time_split(summary))
       pending, interval_start, interval_first = [], time.perf_counter(), step
 
     if step % eval_every == 0 or step == total:
       eval_start = time.perf_counter()
-      eval_metrics = evaluate.run_evaluation(exp, eval_fn, state)
+      eval_metrics = evaluate.run_evaluation(exp, eval_fn, engine.state())
       log.write({'step': step, 'split': 'eval', **eval_metrics})
       logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
                    step, eval_metrics['accuracy'], eval_metrics['top5'],
@@ -256,10 +230,20 @@ def _train_loop(exp, train_fn, eval_fn, log, checkpointer, stop) -> TrainOutcome
 
   if start_step >= total:
     logging.info('Already trained to step %d; evaluating the final state.', start_step)
-    eval_metrics = evaluate.run_evaluation(exp, eval_fn, state)
+    eval_metrics = evaluate.run_evaluation(exp, eval_fn, engine.state())
     log.write({'step': step, 'split': 'eval', **eval_metrics})
   checkpointer.wait()
   if eval_metrics is not None:
     logging.info('Final eval at step %d: top-1 %.4f over %d examples',
                  step, eval_metrics['accuracy'], eval_metrics['num_examples'])
   return TrainOutcome(step=step, preempted=False, eval_metrics=eval_metrics)
+
+
+def _time_split(summary: dict) -> str:
+  """' | compute 61% push 20% ...' for engines that time their phases."""
+  parts = [k for k in ('compute_s', 'push_s', 'update_s', 'pull_s', 'wait_s')
+           if k in summary]
+  total = sum(summary[k] for k in parts)
+  if not parts or total <= 0:
+    return ''
+  return ' | ' + ' '.join(f'{k[:-2]} {100 * summary[k] / total:.0f}%' for k in parts)

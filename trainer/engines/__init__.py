@@ -1,0 +1,53 @@
+"""The two ways gradients meet: one module per engine, one small interface.
+
+The training loop (trainer/train.py) drives an engine through `Engine` below
+and knows nothing else about it. The model, the loss and gradient code
+(trainer/steps.py), the optimiser, the input, metrics and checkpoints are
+shared; the engines differ only in where the parameters live and how the
+workers' gradients are combined:
+
+  spmd.py  one jit-compiled program over the device mesh; XLA inserts the
+           collectives (all-reduce for data parallelism, all-gather and
+           reduce-scatter for FSDP, ...).
+  ps/      a parameter-server emulation: worker devices push gradients to
+           server shards in host memory over paced links and pull parameters
+           back (ps/README in ARCHITECTURE.md).
+"""
+
+from typing import Protocol
+
+from trainer.state import TrainState
+
+
+class Engine(Protocol):
+  """What the training loop calls; both engines implement it."""
+
+  # Where the loop puts each global batch (a jax Sharding).
+  batch_sharding: object
+
+  def start(self, state: TrainState) -> None:
+    """Takes the initial (fresh or restored) state; the engine owns it now."""
+
+  def step(self, batch) -> None:
+    """Starts one global step on `batch`; may return before it finishes."""
+
+  def collect_metrics(self) -> list[dict]:
+    """Per-step metrics (host numbers) of every step started so far and not
+    yet collected, in step order; waits for those steps to finish. Each has
+    at least loss, accuracy, lr, grad_norm and finite (0 or 1)."""
+
+  def state(self) -> TrainState:
+    """The state after the last started step, laid out as the SPMD engine
+    keeps it (so checkpoints and evaluation are engine-independent)."""
+
+  def close(self) -> None:
+    """Stops background work; the engine is unusable afterwards."""
+
+
+def create_engine(exp) -> Engine:
+  """The configured engine, compiled and ready to start (nothing written)."""
+  if exp.config.engine == 'ps':
+    from trainer.engines.ps import engine as ps_engine  # pylint: disable=g-import-not-at-top
+    return ps_engine.ParameterServerEngine(exp)
+  from trainer.engines import spmd  # pylint: disable=g-import-not-at-top
+  return spmd.SpmdEngine(exp)

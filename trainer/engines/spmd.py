@@ -1,0 +1,70 @@
+"""The SPMD engine: one jit-compiled train step over the whole device mesh."""
+
+import functools
+import time
+
+from absl import logging
+import jax
+import numpy as np
+
+from trainer import memory
+from trainer import steps
+
+
+def compile_train_step(exp):
+  """The train step, compiled before the loop so its memory use is known."""
+  fn = jax.jit(
+      functools.partial(steps.train_step, model=exp.model, tx=exp.tx,
+                        learning_rate_fn=exp.learning_rate_fn,
+                        label_smoothing=exp.config.label_smoothing,
+                        mixup_alpha=exp.config.mixup_alpha,
+                        grad_accum_steps=exp.config.grad_accum_steps,
+                        seed=exp.config.seed,
+                        skip_nonfinite=exp.config.nonfinite == 'skip',
+                        nan_at_step=exp.config.debug.nan_at_step),
+      in_shardings=(exp.state_shardings, exp.batch_sharding),
+      out_shardings=(exp.state_shardings, None),
+      donate_argnums=0)
+  size = exp.config.data.image_size
+  batch_spec = {
+      'image': jax.ShapeDtypeStruct((exp.config.batch_size, size, size, 3),
+                                    np.uint8, sharding=exp.batch_sharding),
+      'label': jax.ShapeDtypeStruct((exp.config.batch_size,), np.int32,
+                                    sharding=exp.batch_sharding),
+  }
+  start = time.perf_counter()
+  with exp.tracing_context():
+    compiled = fn.lower(exp.abstract_state, batch_spec).compile()
+  usage = memory.report(compiled, exp.abstract_state)
+  logging.info('Compiled the train step in %.1fs; memory %s',
+               time.perf_counter() - start, usage.describe())
+  memory.check_fits(usage, memory.device_capacity(exp.config.runtime.device_memory_gib))
+  return compiled
+
+
+class SpmdEngine:
+  """Steps are dispatched asynchronously; metrics stay on the devices until
+  collected, so the host runs ahead of the devices between logs."""
+
+  def __init__(self, exp):
+    self.batch_sharding = exp.batch_sharding
+    self._train_step = compile_train_step(exp)
+    self._state = None
+    self._pending = []
+
+  def start(self, state) -> None:
+    self._state = state
+
+  def step(self, batch) -> None:
+    self._state, metrics = self._train_step(self._state, batch)
+    self._pending.append(metrics)
+
+  def collect_metrics(self) -> list[dict]:
+    fetched, self._pending = jax.device_get(self._pending), []
+    return [{k: float(v) for k, v in m.items()} for m in fetched]
+
+  def state(self):
+    return self._state
+
+  def close(self) -> None:
+    self._pending = []
