@@ -1,0 +1,293 @@
+"""The parameter-server engine: push, aggregate and update, pull.
+
+A synchronous step:
+  1. compute: every worker device runs forward and backward on its slice of
+     the global batch with its own copy of the parameters (workers.py);
+  2. push: each worker's gradients leave its device and cross its link to
+     every shard that owns a piece of them (link.py paces the bytes);
+  3. update: each shard averages the N_w gradients of its pieces and applies
+     the optax update to them (shard.py);
+  4. pull: each worker receives the fresh pieces from every shard over the
+     links and puts them on its device.
+Asynchronous workers (async_workers.py) run steps 4, 1, 2 in their own
+threads and shards apply each gradient on arrival.
+
+Every time recorded here is measured wall clock; nothing is computed from a
+formula, so the planner's predictions can be checked against it.
+"""
+
+import concurrent.futures
+import math
+import time
+
+from absl import logging
+import jax
+import numpy as np
+
+from cli.errors import UsageError
+from trainer import optim
+from trainer.engines.ps import link
+from trainer.engines.ps import partition
+from trainer.engines.ps import shard as shard_lib
+from trainer.engines.ps import state_split
+from trainer.engines.ps import workers
+from trainer.engines.ps.state_split import PARAMS, STATS
+from trainer.state import TrainState
+
+# Running statistics that the engine can combine across workers: averages.
+_AVERAGEABLE_STATS = ('mean', 'var')
+
+
+def check_batch_stats(model_name: str, batch_stats) -> None:
+  """UsageError for batch statistics that are not running averages."""
+  for path in state_split.flat_variables({}, batch_stats):
+    if path.rsplit('/', 1)[-1] not in _AVERAGEABLE_STATS:
+      raise UsageError(
+          f'engine=ps cannot keep {model_name}\'s batch statistic {path}: it '
+          f'combines workers\' running averages ({", ".join(_AVERAGEABLE_STATS)}) '
+          'only; use engine=spmd')
+
+
+class ParameterServerEngine:
+  """Workers are devices; server shards live in host memory (ARCHITECTURE.md)."""
+
+  def __init__(self, exp):
+    config, ps = exp.config, exp.config.ps
+    self._exp = exp
+    self._async = ps.mode == 'async'
+    devices = jax.devices()
+    self.num_workers = n = ps.num_workers or len(devices)
+    self._devices = devices[:n]
+    self._mesh = workers.worker_mesh(self._devices)
+    P = jax.sharding.PartitionSpec
+    self.batch_sharding = jax.sharding.NamedSharding(self._mesh, P(workers.AXIS))
+    self._replicated = jax.sharding.NamedSharding(self._mesh, P())
+
+    abstract = exp.abstract_state
+    check_batch_stats(config.model.name, abstract.batch_stats)
+    self._variables = state_split.flat_variables(abstract.params, abstract.batch_stats)
+    self._params_treedef = jax.tree.structure(abstract.params)
+    self.shard_pieces = partition.partition(self._variables, ps.num_shards,
+                                            ps.partitioner)
+    # Shards clip with the global norm themselves (sync: of the mean
+    # gradient, as SPMD does; async: of each worker's gradient), so their
+    # optax chain leaves clipping out.
+    shard_config = config.copy_and_resolve_references()
+    shard_config.grad_clip_norm = 0.0
+    lr_fn = exp.learning_rate_fn
+    if self._async:
+      # Each of the N_w gradients of a round advances optax's step count, so
+      # the schedule reads the count in rounds (global steps).
+      lr_fn = lambda count: exp.learning_rate_fn(count // n)  # pylint: disable=unnecessary-lambda-assignment
+    tx = optim.create_optimizer(shard_config, lr_fn)
+    self.shards = [
+        shard_lib.ServerShard(j, pieces, tx, n, bandwidth_gbps=ps.bandwidth_gbps,
+                              latency_ms=ps.latency_ms)
+        for j, pieces in enumerate(self.shard_pieces)]
+    self.worker_nics = [link.Interface(f'worker{i}', ps.bandwidth_gbps, ps.latency_ms)
+                        for i in range(n)]
+    self._clip = config.grad_clip_norm
+    self._skip_nonfinite = config.nonfinite == 'skip'
+    self._transfers = concurrent.futures.ThreadPoolExecutor(
+        n * len(self.shards), thread_name_prefix='ps-link')
+    self._tasks = concurrent.futures.ThreadPoolExecutor(
+        max(n, len(self.shards)), thread_name_prefix='ps-task')
+
+    start = time.perf_counter()
+    if self._async:
+      from trainer.engines.ps import async_workers  # pylint: disable=g-import-not-at-top
+      self._runner = async_workers.AsyncRunner(self, exp, config.batch_size // n)
+    else:
+      self._program = workers.compile_sync_program(exp, self._mesh)
+    logging.info('Compiled the PS workers\' gradient program%s in %.1fs; %d '
+                 'workers, %d shards (%s MB each)', 's' if self._async else '',
+                 time.perf_counter() - start, n, len(self.shards),
+                 ', '.join(f'{b / 1e6:.1f}' for b in partition.shard_bytes(self.shard_pieces)))
+    self._step = 0
+    self._records = []
+    self._worker_params = self._worker_stats = None
+
+  # --- Engine interface -------------------------------------------------------
+  def start(self, state: TrainState) -> None:
+    host = jax.device_get(state)
+    self._step = int(host.step)
+    opt_state = host.opt_state
+    if self._async:
+      opt_state = state_split.scale_counts(opt_state, self.num_workers)
+    for s in self.shards:
+      s.load(host.params, host.batch_stats, opt_state, self._params_treedef)
+    # The workers' first copies; later ones are pulled over the links.
+    self._worker_params = self._replicate(
+        [jax.device_put(host.params, d) for d in self._devices])
+    self._worker_stats = self._replicate(
+        [jax.device_put(host.batch_stats, d) for d in self._devices])
+    if self._async:
+      self._runner.start(self._step)
+
+  def step(self, batch) -> None:
+    if self._async:
+      self._runner.submit(self._step, batch)
+    else:
+      self._records.append(self._sync_step(batch))
+    self._step += 1
+
+  def collect_metrics(self) -> list[dict]:
+    if self._async:
+      self._records.extend(self._runner.drain())
+    records, self._records = self._records, []
+    return records
+
+  def state(self) -> TrainState:
+    if self._async:
+      self._records.extend(self._runner.drain())
+    abstract = self._exp.abstract_state
+    variables = [s.variables() for s in self.shards]
+    state = TrainState(
+        step=np.int32(self._step),
+        params=state_split.assemble(abstract.params, PARAMS, variables,
+                                    self.shard_pieces),
+        batch_stats=state_split.assemble(abstract.batch_stats, STATS, variables,
+                                         self.shard_pieces),
+        opt_state=state_split.assemble_opt_state(
+            abstract.opt_state, abstract.params, [s.opt_state for s in self.shards],
+            self.shard_pieces, count_divisor=self.num_workers if self._async else 1))
+    return jax.device_put(state, self._exp.state_shardings)
+
+  def close(self) -> None:
+    if self._async:
+      self._runner.stop()
+    self._transfers.shutdown(wait=True, cancel_futures=True)
+    self._tasks.shutdown(wait=True, cancel_futures=True)
+
+  # --- Moving bytes -----------------------------------------------------------
+  def push(self, worker: int, flat: dict, inboxes=None) -> None:
+    """Worker `worker`'s gradients and statistics ({path: host array}) to
+    every shard's inbox (default: the shard's buffer for this worker)."""
+    futures = []
+    for j, s in enumerate(self.shards):
+      inbox = s.inbox[worker] if inboxes is None else inboxes[j]
+      copies = [(inbox[p.key], p.of(flat[p.path])) for p in s.pieces]
+      futures.append(self._transfers.submit(
+          link.transfer, self.worker_nics[worker], s.nic, copies))
+    for f in futures:
+      f.result()
+
+  def pull(self, worker: int, staging: dict, shard_variables=None) -> None:
+    """Every shard's pieces into this worker's `staging` ({path: array})."""
+    futures = []
+    for j, s in enumerate(self.shards):
+      values = s.variables() if shard_variables is None else shard_variables[j]
+      copies = [(p.of(staging[p.path]), values[p.key]) for p in s.pieces]
+      futures.append(self._transfers.submit(
+          link.transfer, s.nic, self.worker_nics[worker], copies))
+    for f in futures:
+      f.result()
+
+  def new_staging(self) -> dict:
+    return {path: np.empty(v.shape, v.dtype) for path, v in self._variables.items()}
+
+  def unflatten(self, staging: dict):
+    """(params, batch_stats) trees from {path: array}."""
+    abstract = self._exp.abstract_state
+    trees = []
+    for prefix, template in ((PARAMS, abstract.params), (STATS, abstract.batch_stats)):
+      paths = [f'{prefix}/{state_split.path_str(p)}'
+               for p, _ in jax.tree_util.tree_flatten_with_path(template)[0]]
+      trees.append(jax.tree.unflatten(jax.tree.structure(template),
+                                      [staging[p] for p in paths]))
+    return tuple(trees)
+
+  def shard_counters(self, step_s: float) -> dict:
+    """Bytes pushed to and pulled from each shard, and its busy fraction."""
+    out = {}
+    for j, s in enumerate(self.shards):
+      c = s.nic.pop_counters()
+      busy = c['rx_busy_s'] + c['tx_busy_s'] + s.pop_update_s()
+      out[f'push_bytes_shard{j}'] = c['rx_bytes']
+      out[f'pull_bytes_shard{j}'] = c['tx_bytes']
+      out[f'busy_shard{j}'] = busy / step_s if step_s > 0 else 0.0
+    for nic in self.worker_nics:
+      nic.pop_counters()
+    return out
+
+  def clip_scale(self, grad_norm: float) -> float:
+    """optax.clip_by_global_norm's factor, from a norm the caller measured."""
+    if self._clip > 0 and grad_norm > self._clip:
+      return self._clip / grad_norm
+    return 1.0
+
+  # --- The synchronous step ---------------------------------------------------
+  def _replicate(self, per_device_trees):
+    """One array per leaf with each worker's own copy on its device."""
+    return jax.tree.map(
+        lambda *leaves: jax.make_array_from_single_device_arrays(
+            leaves[0].shape, self._replicated, list(leaves)), *per_device_trees)
+
+  def _sync_step(self, batch) -> dict:
+    start = time.perf_counter()
+    step = self._step
+    grads, stats, metrics = self._program(
+        self._worker_params, self._worker_stats, batch,
+        jax.device_put(np.int32(step), self._replicated))
+    pushed = list(self._tasks.map(
+        lambda i: self._compute_and_push(i, grads, stats, start),
+        range(self.num_workers)))
+    compute_s = [c for c, _ in pushed]
+    push_s = [p for _, p in pushed]
+
+    update_start = time.perf_counter()
+    metrics = jax.device_get(metrics)
+    grad_norm = math.sqrt(sum(self._tasks.map(lambda s: s.aggregate(), self.shards)))
+    loss = float(np.mean(metrics['loss']))
+    finite = math.isfinite(loss) and math.isfinite(grad_norm)
+    scale = self.clip_scale(grad_norm)
+    apply = finite or not self._skip_nonfinite
+    list(self._tasks.map(lambda s: s.apply(scale, apply), self.shards))
+    update_s = time.perf_counter() - update_start
+
+    pulled = list(self._tasks.map(self._pull_to_device, range(self.num_workers)))
+    self._worker_params = self._replicate([p for p, _, _ in pulled])
+    self._worker_stats = self._replicate([s for _, s, _ in pulled])
+    pull_s = [t for _, _, t in pulled]
+    step_s = time.perf_counter() - start
+    busy = (np.mean(compute_s) + np.mean(push_s) + update_s + np.mean(pull_s))
+    return {
+        'loss': loss,
+        'accuracy': float(np.mean(metrics['accuracy'])),
+        'lr': float(self._exp.learning_rate_fn(step)),
+        'grad_norm': grad_norm,
+        'finite': float(finite),
+        'compute_s': float(np.mean(compute_s)),
+        'push_s': float(np.mean(push_s)),
+        'update_s': update_s,
+        'pull_s': float(np.mean(pull_s)),
+        'wait_s': float(max(0.0, step_s - busy)),
+        **self.shard_counters(step_s),
+    }
+
+  def _compute_and_push(self, i: int, grads, stats, start: float):
+    device = self._devices[i]
+    local = [_local(leaf, device) for leaf in jax.tree.leaves((grads, stats))]
+    jax.block_until_ready(local)
+    computed = time.perf_counter()
+    host = jax.device_get(local)
+    flat = dict(zip(self._variables, (x[0] for x in host)))
+    self.push(i, flat)
+    return computed - start, time.perf_counter() - computed
+
+  def _pull_to_device(self, i: int):
+    start = time.perf_counter()
+    staging = self.new_staging()
+    self.pull(i, staging)
+    params, stats = jax.device_put(self.unflatten(staging), self._devices[i],
+                                   may_alias=False)
+    jax.block_until_ready((params, stats))
+    return params, stats, time.perf_counter() - start
+
+
+def _local(array: jax.Array, device) -> jax.Array:
+  for s in array.addressable_shards:
+    if s.device == device:
+      return s.data
+  raise ValueError(f'no shard of the array on {device}')
+

@@ -1,0 +1,123 @@
+"""Emulated network links: real copies, paced in real time.
+
+Every worker and every server shard has one `Interface` (a NIC) with a
+bandwidth per direction (full duplex) and a one-way latency. A transfer
+copies real bytes from the sender's buffers into the receiver's, in chunks;
+each chunk first reserves its time on both the sender's transmit side and
+the receiver's receive side, and the sending thread sleeps until that time
+has passed. Transfers that share an interface therefore share its bandwidth
+(N workers pushing to one shard each get 1/N of it), transfers on different
+interfaces run concurrently, and the PS bottlenecks of the literature emerge
+in the measured wall clock instead of being computed. Sleeping costs no CPU,
+so paced communication overlaps with compute as on a real cluster.
+"""
+
+import threading
+import time
+
+import numpy as np
+
+# Pace in chunks of about this long: short enough that concurrent transfers
+# interleave finely, long enough that a sleep's wake-up delay (~0.1 ms) is
+# small against it.
+_CHUNK_S = 0.002
+_MIN_CHUNK_BYTES = 1 << 16
+# A direction may bank this many chunks of idle time, so that a lone
+# transfer does not lose every sleep's wake-up delay (a token bucket's depth).
+_BURST_CHUNKS = 2
+
+
+class _Direction:
+  """One direction of an interface: when it is next free, and busy time."""
+
+  def __init__(self):
+    self.next_free = 0.0
+    self.busy_s = 0.0
+
+
+class Interface:
+  """A network interface; bandwidth_gbps = 0 means unlimited."""
+
+  def __init__(self, name: str, bandwidth_gbps: float, latency_ms: float):
+    self.name = name
+    self.bytes_per_s = bandwidth_gbps * 1e9 / 8 if bandwidth_gbps > 0 else 0.0
+    self.latency_s = latency_ms / 1e3
+    self.tx = _Direction()
+    self.rx = _Direction()
+    self.tx_bytes = 0
+    self.rx_bytes = 0
+
+  def pop_counters(self) -> dict:
+    """Bytes and busy seconds since the last call, per direction."""
+    with _LOCK:
+      counters = {'tx_bytes': self.tx_bytes, 'rx_bytes': self.rx_bytes,
+                  'tx_busy_s': self.tx.busy_s, 'rx_busy_s': self.rx.busy_s}
+      self.tx_bytes = self.rx_bytes = 0
+      self.tx.busy_s = self.rx.busy_s = 0.0
+    return counters
+
+
+# One lock for all reservations: a reservation touches two interfaces, and
+# it is a few arithmetic operations, so one lock costs nothing and cannot
+# deadlock.
+_LOCK = threading.Lock()
+
+
+def _reserve(src: Interface, dst: Interface, nbytes: int, rate: float) -> float:
+  """Books `nbytes` on src.tx and dst.rx; returns when the chunk has passed."""
+  duration = nbytes / rate
+  with _LOCK:
+    now = time.perf_counter()
+    start = max(now - _BURST_CHUNKS * _CHUNK_S, src.tx.next_free, dst.rx.next_free)
+    end = start + duration
+    src.tx.next_free = dst.rx.next_free = end
+    src.tx.busy_s += duration
+    dst.rx.busy_s += duration
+  return end
+
+
+def _sleep_until(deadline: float) -> None:
+  remaining = deadline - time.perf_counter()
+  if remaining > 0:
+    time.sleep(remaining)
+
+
+def transfer(src: Interface, dst: Interface,
+             copies: list[tuple[np.ndarray, np.ndarray]]) -> int:
+  """Moves every (destination, source) pair of arrays from src to dst.
+
+  Returns when the last byte would have arrived: the paced time of all bytes
+  plus the latency of the message. Returns the number of bytes moved.
+  """
+  rate = min(r for r in (src.bytes_per_s, dst.bytes_per_s, np.inf) if r > 0)
+  paced = bool(np.isfinite(rate))
+  total, last_end = 0, time.perf_counter()
+  for destination, source in copies:
+    # Contiguous row blocks of C-ordered arrays: flat views, no copies.
+    destination, source = destination.reshape(-1), source.reshape(-1)
+    total += destination.nbytes
+    if not paced:
+      start = time.perf_counter()
+      np.copyto(destination, source)
+      copy_s = time.perf_counter() - start
+      with _LOCK:
+        src.tx.busy_s += copy_s
+        dst.rx.busy_s += copy_s
+      continue
+    # Each chunk is copied inside the time it has booked, so copying costs
+    # no wall time beyond the paced time.
+    step = max(1, max(_MIN_CHUNK_BYTES, int(rate * _CHUNK_S)) // destination.itemsize)
+    for first in range(0, destination.size, step):
+      last = min(first + step, destination.size)
+      last_end = _reserve(src, dst, (last - first) * destination.itemsize, rate)
+      np.copyto(destination[first:last], source[first:last])
+      _sleep_until(last_end)
+  with _LOCK:
+    src.tx_bytes += total
+    dst.rx_bytes += total
+  latency = max(src.latency_s, dst.latency_s)
+  if latency > 0:
+    # The last byte leaves at last_end (paced) or now (unlimited) and
+    # arrives one latency later; latency does not occupy the interface.
+    _sleep_until((last_end if paced else time.perf_counter()) + latency)
+  return total

@@ -1,0 +1,124 @@
+"""A server shard: its pieces of the parameters, batch statistics and
+optimiser state in host memory, and the optax update applied to them."""
+
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from trainer.engines.ps import link
+from trainer.engines.ps import state_split
+from trainer.engines.ps.state_split import PARAMS, STATS
+
+
+def host_device():
+  """Where shards compute: the host's CPU, even beside accelerators."""
+  return jax.devices('cpu')[0]
+
+
+class ServerShard:
+  """Owns `pieces`; receives gradients into per-worker buffers.
+
+  Synchronous mode: every worker's gradient lands in its own buffer, then
+  `aggregate` averages them (in worker order, so runs are reproducible) and
+  `apply` makes one optax update: the update of SPMD data parallelism.
+  Asynchronous mode: `apply_one` applies each worker's gradient on arrival,
+  scaled by 1/N_w, under the shard's lock.
+  """
+
+  def __init__(self, index: int, pieces, tx, num_workers: int, *,
+               bandwidth_gbps: float, latency_ms: float):
+    self.index = index
+    self.pieces = pieces
+    self.param_pieces = [p for p in pieces if p.path.startswith(PARAMS + '/')]
+    self.stat_pieces = [p for p in pieces if p.path.startswith(STATS + '/')]
+    self.nic = link.Interface(f'shard{index}', bandwidth_gbps, latency_ms)
+    self.lock = threading.Lock()
+    self.update_s = 0.0  # time spent aggregating and updating, since popped
+    self._tx = tx
+    self._num_workers = num_workers
+    # One receive buffer per worker: gradients and new statistics.
+    self.inbox = [{p.key: np.empty(p.shape, np.float32) for p in pieces}
+                  for _ in range(num_workers)]
+    self.params = self.stats = self.opt_state = None
+    self._mean_grads = None
+    self._cpu = host_device()
+    self._aggregate = jax.jit(_aggregate)
+    self._apply = jax.jit(self._update, donate_argnums=(0, 1))
+
+  # --- State in and out -------------------------------------------------------
+  def load(self, params, batch_stats, opt_state, params_treedef) -> None:
+    """Takes this shard's pieces of host copies of the whole state."""
+    put = lambda tree: jax.device_put(tree, self._cpu)
+    self.params = put(state_split.split(params, PARAMS, self.pieces))
+    self.stats = state_split.split(batch_stats, STATS, self.pieces)
+    self.opt_state = put(state_split.split_opt_state(
+        opt_state, params_treedef, self.pieces))
+
+  def variables(self) -> dict:
+    """{piece key: host array} of parameters and statistics, as they are now."""
+    return {**{k: np.asarray(v) for k, v in self.params.items()}, **self.stats}
+
+  # --- Updates ----------------------------------------------------------------
+  def _update(self, params, opt_state, grads, scale):
+    grads = jax.tree.map(lambda g: g * scale, grads)
+    updates, opt_state = self._tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  def aggregate(self) -> float:
+    """Sync: averages the workers' gradients; returns their squared norm."""
+    start = time.perf_counter()
+    grads = [{p.key: inbox[p.key] for p in self.param_pieces} for inbox in self.inbox]
+    with jax.default_device(self._cpu):
+      self._mean_grads, sumsq = self._aggregate(grads)
+    self.update_s += time.perf_counter() - start
+    return float(sumsq)
+
+  def apply(self, scale: float, finite: bool) -> None:
+    """Sync: one update with the mean gradient times `scale` (clipping)."""
+    start = time.perf_counter()
+    if finite:
+      self.params, self.opt_state = self._apply(
+          self.params, self.opt_state, self._mean_grads, np.float32(scale))
+      n = len(self.inbox)
+      for p in self.stat_pieces:
+        # Running statistics: the mean of the workers' updated ones, which is
+        # what batch norm over groups of one worker's examples gives in SPMD.
+        self.stats[p.key] = sum(inbox[p.key] for inbox in self.inbox) / np.float32(n)
+      jax.block_until_ready(self.params)
+    self._mean_grads = None
+    self.update_s += time.perf_counter() - start
+
+  def apply_one(self, inbox: dict, scale: float) -> None:
+    """Async: applies one worker's gradient (in `inbox`) on arrival.
+
+    The gradient is scaled by `scale` (clipping times 1/N_w, so that N_w
+    arrivals move the parameters as far as one synchronous step), and the
+    worker's change of the running statistics is added divided by N_w.
+    """
+    grads = {p.key: inbox[p.key] for p in self.param_pieces}
+    with self.lock:
+      start = time.perf_counter()
+      self.params, self.opt_state = self._apply(
+          self.params, self.opt_state, grads, np.float32(scale))
+      for p in self.stat_pieces:
+        self.stats[p.key] = self.stats[p.key] + inbox[p.key] / np.float32(self._num_workers)
+      jax.block_until_ready(self.params)
+      self.update_s += time.perf_counter() - start
+
+  def pop_update_s(self) -> float:
+    value, self.update_s = self.update_s, 0.0
+    return value
+
+
+def _aggregate(grads_per_worker):
+  """Mean over workers, summed in worker order, and its squared norm."""
+  total = grads_per_worker[0]
+  for grads in grads_per_worker[1:]:
+    total = jax.tree.map(jnp.add, total, grads)
+  mean = jax.tree.map(lambda g: g / len(grads_per_worker), total)
+  sumsq = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(mean))
+  return mean, jnp.asarray(sumsq, jnp.float32)

@@ -1,0 +1,95 @@
+"""The workers' gradient programs: the shared loss code on each worker's slice.
+
+Synchronous mode compiles one program over the worker devices in which each
+device computes the gradients of its own slice with its own copy of the
+parameters, with no collective: gradients leave every device separately, as
+they would leave separate machines. (One program rather than one per device:
+XLA compiles it once, where per-device executables cost a compile each.)
+Asynchronous workers need independent programs, so each gets its own
+single-device executable, called from its own thread.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from trainer import steps
+
+AXIS = 'workers'
+
+
+def local_gradients(exp):
+  """(params, batch_stats, batch, step) -> (grads, batch_stats, metrics) of a
+  worker's slice, with the SPMD engine's loss code and settings."""
+  config = exp.config
+  compute = functools.partial(
+      steps.compute_gradients, model=exp.model,
+      label_smoothing=config.label_smoothing, mixup_alpha=config.mixup_alpha,
+      grad_accum_steps=config.grad_accum_steps, seed=config.seed,
+      nan_at_step=config.debug.nan_at_step)
+
+  def fn(params, batch_stats, batch, step):
+    grads, batch_stats, metrics = compute(params, batch_stats, batch, step)
+    sumsq = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
+    return grads, batch_stats, {**metrics, 'grad_sumsq': sumsq}
+  return fn
+
+
+def worker_mesh(devices) -> jax.sharding.Mesh:
+  return jax.make_mesh((len(devices),), (AXIS,),
+                       axis_types=(jax.sharding.AxisType.Explicit,), devices=devices)
+
+
+def _batch_spec(exp, batch_size: int, sharding):
+  size = exp.config.data.image_size
+  return {
+      'image': jax.ShapeDtypeStruct((batch_size, size, size, 3), np.uint8,
+                                    sharding=sharding),
+      'label': jax.ShapeDtypeStruct((batch_size,), np.int32, sharding=sharding),
+  }
+
+
+def _abstract(tree, sharding):
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                     sharding=sharding), tree)
+
+
+def compile_sync_program(exp, mesh):
+  """All workers' gradients in one program; outputs stacked [N_w, ...]."""
+  fn = local_gradients(exp)
+  P = jax.sharding.PartitionSpec
+
+  def per_worker(params, batch_stats, batch, step):
+    out = fn(params, batch_stats, batch, step)
+    return jax.tree.map(lambda x: x[None], out)
+
+  # check_vma=False: with it, JAX would mark the replicated parameters as
+  # varying inside and transpose that into an all-reduce of the gradients,
+  # which is exactly the collective a parameter server replaces.
+  program = jax.jit(jax.shard_map(
+      per_worker, mesh=mesh, in_specs=(P(), P(), P(AXIS), P()),
+      out_specs=P(AXIS), check_vma=False))
+  replicated = jax.sharding.NamedSharding(mesh, P())
+  abstract = exp.abstract_state
+  return program.lower(
+      _abstract(abstract.params, replicated),
+      _abstract(abstract.batch_stats, replicated),
+      _batch_spec(exp, exp.config.batch_size,
+                  jax.sharding.NamedSharding(mesh, P(AXIS))),
+      jax.ShapeDtypeStruct((), np.int32, sharding=replicated)).compile()
+
+
+def compile_async_programs(exp, devices, per_worker_batch: int):
+  """One single-device executable per worker device (compiled in turn)."""
+  fn = jax.jit(local_gradients(exp))
+  abstract = exp.abstract_state
+  programs = []
+  for device in devices:
+    one = jax.sharding.SingleDeviceSharding(device)
+    programs.append(fn.lower(
+        _abstract(abstract.params, one), _abstract(abstract.batch_stats, one),
+        _batch_spec(exp, per_worker_batch, one),
+        jax.ShapeDtypeStruct((), np.int32, sharding=one)).compile())
+  return programs
