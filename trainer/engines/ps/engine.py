@@ -116,13 +116,14 @@ class ParameterServerEngine:
       opt_state = state_split.scale_counts(opt_state, self.num_workers)
     for s in self.shards:
       s.load(host.params, host.batch_stats, opt_state, self._params_treedef)
+    if self._async:
+      self._runner.start(self._step)  # workers pull at every step
+      return
     # The workers' first copies; later ones are pulled over the links.
     self._worker_params = self._replicate(
         [jax.device_put(host.params, d) for d in self._devices])
     self._worker_stats = self._replicate(
         [jax.device_put(host.batch_stats, d) for d in self._devices])
-    if self._async:
-      self._runner.start(self._step)
 
   def step(self, batch) -> None:
     if self._async:
@@ -267,7 +268,7 @@ class ParameterServerEngine:
 
   def _compute_and_push(self, i: int, grads, stats, start: float):
     device = self._devices[i]
-    local = [_local(leaf, device) for leaf in jax.tree.leaves((grads, stats))]
+    local = [workers.local_shard(leaf, device) for leaf in jax.tree.leaves((grads, stats))]
     jax.block_until_ready(local)
     computed = time.perf_counter()
     host = jax.device_get(local)
@@ -284,10 +285,4 @@ class ParameterServerEngine:
     jax.block_until_ready((params, stats))
     return params, stats, time.perf_counter() - start
 
-
-def _local(array: jax.Array, device) -> jax.Array:
-  for s in array.addressable_shards:
-    if s.device == device:
-      return s.data
-  raise ValueError(f'no shard of the array on {device}')
 

@@ -47,7 +47,9 @@ class ServerShard:
     self._mean_grads = None
     self._cpu = host_device()
     self._aggregate = jax.jit(_aggregate)
-    self._apply = jax.jit(self._update, donate_argnums=(0, 1))
+    # No buffer donation: in async mode a pull may still be copying the
+    # previous parameters while the next gradient is applied.
+    self._apply = jax.jit(self._update)
 
   # --- State in and out -------------------------------------------------------
   def load(self, params, batch_stats, opt_state, params_treedef) -> None:
@@ -60,7 +62,9 @@ class ServerShard:
 
   def variables(self) -> dict:
     """{piece key: host array} of parameters and statistics, as they are now."""
-    return {**{k: np.asarray(v) for k, v in self.params.items()}, **self.stats}
+    with self.lock:  # one consistent version, even while gradients arrive
+      params, stats = self.params, dict(self.stats)
+    return {**{k: np.asarray(v) for k, v in params.items()}, **stats}
 
   # --- Updates ----------------------------------------------------------------
   def _update(self, params, opt_state, grads, scale):

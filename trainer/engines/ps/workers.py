@@ -93,3 +93,11 @@ def compile_async_programs(exp, devices, per_worker_batch: int):
         _batch_spec(exp, per_worker_batch, one),
         jax.ShapeDtypeStruct((), np.int32, sharding=one)).compile())
   return programs
+
+
+def local_shard(array: jax.Array, device) -> jax.Array:
+  """The single-device piece of a worker-sharded array that lives on `device`."""
+  for shard in array.addressable_shards:
+    if shard.device == device:
+      return shard.data
+  raise ValueError(f'no piece of the array on {device}')

@@ -1,0 +1,181 @@
+"""Asynchronous workers with bounded staleness (stale-synchronous parallel).
+
+Each worker runs its own loop in its own thread with its own single-device
+executable: pull the parameters that are on the shards now, compute the
+gradients of its slice of step t, push them; each shard applies a gradient
+as soon as it has arrived (Downpour SGD, TensorFlow's asynchronous PS). A
+worker starts step t only when the slowest worker has finished step
+t - max_staleness, so the parameters it reads contain every gradient of
+every step before that. The staleness of a gradient, recorded for each one,
+is t minus the number of steps all workers had finished when it read the
+parameters: 0 means it saw every earlier step.
+
+Global step t is worker i's slice i of the loop's global batch t, so the two
+modes see the same data in the same order.
+"""
+
+import queue
+import threading
+import time
+
+import jax
+import numpy as np
+
+from trainer.engines.ps import link
+from trainer.engines.ps import workers
+
+_POLL_S = 1.0  # how often a blocked thread looks for a failure elsewhere
+
+
+class AsyncRunner:
+  """Worker threads and their bookkeeping, for ParameterServerEngine."""
+
+  def __init__(self, engine, exp, per_worker_batch: int):
+    self._engine = engine
+    self._exp = exp
+    self._programs = workers.compile_async_programs(
+        exp, engine._devices, per_worker_batch)  # pylint: disable=protected-access
+    staleness = exp.config.ps.max_staleness
+    self.max_staleness = staleness if staleness >= 0 else 1
+    self._skip_nonfinite = exp.config.nonfinite == 'skip'
+    n = engine.num_workers
+    self._cond = threading.Condition()
+    self._clocks = [0] * n  # steps each worker has finished
+    self._queues = [queue.Queue() for _ in range(n)]
+    self._results = {}  # step -> {worker: record}
+    self._submitted = 0
+    self._error = None
+    self._stopping = False
+    self._threads = []
+    self._last_drain = time.perf_counter()
+
+  def start(self, step: int) -> None:
+    self._clocks = [step] * len(self._clocks)
+    self._submitted = step
+    self._last_drain = time.perf_counter()
+    self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
+                                      name=f'ps-worker{i}')
+                     for i in range(len(self._clocks))]
+    for t in self._threads:
+      t.start()
+
+  def submit(self, step: int, batch) -> None:
+    """Hands each worker its slice of global step `step`."""
+    devices = self._engine._devices  # pylint: disable=protected-access
+    slices = [{k: workers.local_shard(v, d) for k, v in batch.items()} for d in devices]
+    # The loop may run ahead of the slowest worker by as much as a worker
+    # may, plus one step in hand; beyond that, wait (bounded memory).
+    self._wait(lambda: step - min(self._clocks) <= self.max_staleness + 1)
+    for q, one in zip(self._queues, slices):
+      q.put((step, one))
+    self._submitted = step + 1
+
+  def drain(self) -> list[dict]:
+    """Waits for every submitted step; returns their records in step order."""
+    self._wait(lambda: min(self._clocks) >= self._submitted)
+    steps = sorted(self._results)
+    now = time.perf_counter()
+    counters = self._engine.shard_counters(now - self._last_drain)
+    self._last_drain = now
+    records = []
+    for step in steps:
+      per_worker = [self._results[step][i] for i in sorted(self._results[step])]
+      mean = lambda k, pw=per_worker: float(np.mean([r[k] for r in pw]))
+      record = {k: mean(k) for k in ('loss', 'accuracy', 'grad_norm', 'compute_s',
+                                     'push_s', 'update_s', 'pull_s', 'wait_s')}
+      record['finite'] = float(all(r['finite'] for r in per_worker))
+      record['lr'] = float(self._exp.learning_rate_fn(step))
+      record['staleness_mean'] = mean('staleness')
+      record['staleness_max'] = float(max(r['staleness'] for r in per_worker))
+      # Bytes and busy fractions are counted per interface over the whole
+      # interval since the last drain; each step gets its share.
+      for key, value in counters.items():
+        record[key] = value if key.startswith('busy') else value / len(steps)
+      records.append(record)
+    self._results = {}
+    return records
+
+  def stop(self) -> None:
+    with self._cond:
+      self._stopping = True
+      self._cond.notify_all()
+    for q in self._queues:
+      q.put(None)
+    for t in self._threads:
+      t.join(timeout=60)
+
+  # --- Inside the worker threads ----------------------------------------------
+  def _wait(self, condition) -> None:
+    with self._cond:
+      while not condition():
+        if self._error is not None:
+          raise self._error
+        if self._stopping:
+          raise RuntimeError('the parameter-server workers were stopped')
+        self._cond.wait(_POLL_S)
+      if self._error is not None:
+        raise self._error
+
+  def _run(self, i: int) -> None:
+    try:
+      staging = self._engine.new_staging()
+      while True:
+        item = self._queues[i].get()
+        if item is None:
+          return
+        self._one_step(i, *item, staging)
+    except Exception as e:  # pylint: disable=broad-except
+      with self._cond:
+        self._error = self._error or e
+        self._cond.notify_all()
+
+  def _one_step(self, i: int, step: int, batch: dict, staging: dict) -> None:
+    engine = self._engine
+    device = engine._devices[i]  # pylint: disable=protected-access
+    start = time.perf_counter()
+    self._wait(lambda: min(self._clocks) >= step - self.max_staleness)
+    with self._cond:
+      staleness = step - min(self._clocks)
+    pull_start = time.perf_counter()
+    engine.pull(i, staging)
+    params, stats = jax.device_put(engine.unflatten(staging), device, may_alias=False)
+    jax.block_until_ready((params, stats))
+
+    compute_start = time.perf_counter()
+    out = self._programs[i](params, stats, batch, jax.device_put(np.int32(step), device))
+    jax.block_until_ready(out)
+
+    push_start = time.perf_counter()
+    grads, new_stats, metrics = jax.device_get(out)
+    flat = dict(zip(engine._variables, jax.tree.leaves((grads, new_stats))))  # pylint: disable=protected-access
+    for path in flat:
+      if path.startswith('batch_stats/'):
+        flat[path] = flat[path] - staging[path]  # this worker's change
+    grad_norm = float(np.sqrt(metrics['grad_sumsq']))
+    finite = bool(np.isfinite(metrics['loss']) and np.isfinite(grad_norm))
+    update_s = 0.0
+    if finite or not self._skip_nonfinite:
+      scale = engine.clip_scale(grad_norm) / engine.num_workers
+      update_s = max(engine._transfers.map(  # pylint: disable=protected-access
+          lambda s: self._push_and_apply(i, s, flat, scale), engine.shards))
+    done = time.perf_counter()
+    with self._cond:
+      self._clocks[i] = step + 1
+      self._results.setdefault(step, {})[i] = {
+          'loss': float(metrics['loss']), 'accuracy': float(metrics['accuracy']),
+          'grad_norm': grad_norm, 'finite': finite, 'staleness': staleness,
+          'wait_s': pull_start - start, 'pull_s': compute_start - pull_start,
+          'compute_s': push_start - compute_start,
+          'push_s': done - push_start - update_s, 'update_s': update_s}
+      self._cond.notify_all()
+
+  def _push_and_apply(self, i: int, shard, flat: dict, scale: float) -> float:
+    """Pushes to one shard, which applies the gradient; returns its update time."""
+    engine = self._engine
+    inbox = shard.inbox[i]
+    link.transfer(engine.worker_nics[i], shard.nic,
+                  [(inbox[p.key], p.of(flat[p.path])) for p in shard.pieces])
+    start = time.perf_counter()
+    shard.apply_one(inbox, scale)
+    return time.perf_counter() - start
+
