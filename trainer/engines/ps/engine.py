@@ -230,8 +230,10 @@ class ParameterServerEngine:
     grads, stats, metrics = self._program(
         self._worker_params, self._worker_stats, batch,
         jax.device_put(np.int32(step), self._replicated))
+    leaves = jax.tree.leaves((grads, stats))
+    per_worker = [[workers.local_shard(x, d) for x in leaves] for d in self._devices]
     pushed = list(self._tasks.map(
-        lambda i: self._compute_and_push(i, grads, stats, start),
+        lambda i: self._compute_and_push(i, per_worker[i], start),
         range(self.num_workers)))
     compute_s = [c for c, _ in pushed]
     push_s = [p for _, p in pushed]
@@ -266,9 +268,8 @@ class ParameterServerEngine:
         **self.shard_counters(step_s),
     }
 
-  def _compute_and_push(self, i: int, grads, stats, start: float):
-    device = self._devices[i]
-    local = [workers.local_shard(leaf, device) for leaf in jax.tree.leaves((grads, stats))]
+  def _compute_and_push(self, i: int, local: list, start: float):
+    """Waits for worker i's gradients and statistics, then pushes them."""
     jax.block_until_ready(local)
     computed = time.perf_counter()
     host = jax.device_get(local)

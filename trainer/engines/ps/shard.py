@@ -46,10 +46,19 @@ class ServerShard:
     self.params = self.stats = self.opt_state = None
     self._mean_grads = None
     self._cpu = host_device()
-    self._aggregate = jax.jit(_aggregate)
-    # No buffer donation: in async mode a pull may still be copying the
-    # previous parameters while the next gradient is applied.
-    self._apply = jax.jit(self._update)
+    # Compiled now, so that the first step's time is the step's. No buffer
+    # donation: in async mode a pull may still be copying the previous
+    # parameters while the next gradient is applied.
+    on_cpu = jax.sharding.SingleDeviceSharding(self._cpu)
+    grads = {p.key: jax.ShapeDtypeStruct(p.shape, np.float32, sharding=on_cpu)
+             for p in self.param_pieces}
+    opt_state = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=on_cpu),
+        jax.eval_shape(tx.init, grads))
+    self._aggregate = jax.jit(_aggregate).lower([grads] * num_workers).compile()
+    self._apply = jax.jit(self._update).lower(
+        grads, opt_state, grads,
+        jax.ShapeDtypeStruct((), np.float32, sharding=on_cpu)).compile()
 
   # --- State in and out -------------------------------------------------------
   def load(self, params, batch_stats, opt_state, params_treedef) -> None:
@@ -76,8 +85,7 @@ class ServerShard:
     """Sync: averages the workers' gradients; returns their squared norm."""
     start = time.perf_counter()
     grads = [{p.key: inbox[p.key] for p in self.param_pieces} for inbox in self.inbox]
-    with jax.default_device(self._cpu):
-      self._mean_grads, sumsq = self._aggregate(grads)
+    self._mean_grads, sumsq = self._aggregate(jax.device_put(grads, self._cpu))
     self.update_s += time.perf_counter() - start
     return float(sumsq)
 
@@ -86,7 +94,8 @@ class ServerShard:
     start = time.perf_counter()
     if finite:
       self.params, self.opt_state = self._apply(
-          self.params, self.opt_state, self._mean_grads, np.float32(scale))
+          self.params, self.opt_state, self._mean_grads,
+          jax.device_put(np.float32(scale), self._cpu))
       n = len(self.inbox)
       for p in self.stat_pieces:
         # Running statistics: the mean of the workers' updated ones, which is
@@ -107,7 +116,8 @@ class ServerShard:
     with self.lock:
       start = time.perf_counter()
       self.params, self.opt_state = self._apply(
-          self.params, self.opt_state, grads, np.float32(scale))
+          self.params, self.opt_state, jax.device_put(grads, self._cpu),
+          jax.device_put(np.float32(scale), self._cpu))
       for p in self.stat_pieces:
         self.stats[p.key] = self.stats[p.key] + inbox[p.key] / np.float32(self._num_workers)
       jax.block_until_ready(self.params)

@@ -96,7 +96,11 @@ def compile_async_programs(exp, devices, per_worker_batch: int):
 
 
 def local_shard(array: jax.Array, device) -> jax.Array:
-  """The single-device piece of a worker-sharded array that lives on `device`."""
+  """The single-device piece of a worker-sharded array that lives on `device`.
+
+  Call it from one thread: jax builds `addressable_shards` lazily, and two
+  threads asking at once for the first time can see a partial list.
+  """
   for shard in array.addressable_shards:
     if shard.device == device:
       return shard.data
