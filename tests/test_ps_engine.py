@@ -1,0 +1,183 @@
+"""The parameter-server engine: SPMD's update when synchronous, bounded
+staleness when not, every element on one shard, and links that take the
+time their bandwidth says."""
+
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from cli.errors import UsageError
+from configs import default
+from models import registry
+from trainer import device_input
+from trainer import engines
+from trainer import setup
+from trainer import state as state_lib
+from trainer.engines.ps import link
+from trainer.engines.ps import partition
+from trainer.engines.ps import state_split
+
+IMAGE_SIZE, BATCH, NUM_CLASSES, NUM_STEPS = 16, 16, 5, 5
+
+
+def _config(engine, model, **overrides):
+  config = default.get_config()
+  config.model.name = model
+  config.model.width = 8 if model.startswith('resnet') else 32
+  config.data.source = 'synthetic'
+  config.data.image_size = IMAGE_SIZE
+  config.data.num_synthetic_classes = NUM_CLASSES
+  config.data.num_synthetic_examples = 64
+  config.batch_size = BATCH
+  config.num_train_steps = NUM_STEPS
+  # SGD with momentum and weight decay: Adam divides by ~0 gradients that
+  # differ by rounding, which makes parameters incomparable (see
+  # test_parallelism.py).
+  config.learning_rate = 0.5
+  config.engine = engine
+  for key, value in overrides.items():
+    node, name = config, key
+    while '.' in name:
+      head, name = name.split('.', 1)
+      node = node[head]
+    node[name] = value
+  return config
+
+
+def _train(config):
+  """(per-step metrics, final state) of NUM_STEPS steps on fixed batches."""
+  exp = setup.build_experiment(config, '/nonexistent')
+  engine = engines.create_engine(exp)
+  engine.start(state_lib.create_train_state(
+      exp.model, exp.tx, IMAGE_SIZE, exp.state_shardings, config.seed))
+  rng = np.random.default_rng(0)
+  for _ in range(NUM_STEPS):
+    batch = {'image': rng.integers(0, 256, (BATCH, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8),
+             'label': rng.integers(0, NUM_CLASSES, (BATCH,), np.int32)}
+    engine.step(device_input.to_global(batch, engine.batch_sharding))
+  metrics, state = engine.collect_metrics(), jax.device_get(engine.state())
+  engine.close()
+  return metrics, state
+
+
+def _max_difference(a, b) -> float:
+  return max([float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+              for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))], default=0.0)
+
+
+@pytest.mark.parametrize('model', ['vit_ti16', 'resnet18'])
+def test_synchronous_ps_gives_the_parameters_of_spmd(model):
+  # 2 workers of 8 examples; SPMD (8 devices) normalises batch norm over the
+  # same groups of 8 that the workers see.
+  spmd_metrics, spmd = _train(_config('spmd', model, **{'model.bn_group_size': 8}))
+  ps_metrics, ps = _train(_config('ps', model, **{
+      'ps.num_workers': 2, 'ps.num_shards': 3}))
+
+  assert int(ps.step) == NUM_STEPS
+  np.testing.assert_allclose([m['loss'] for m in ps_metrics],
+                             [m['loss'] for m in spmd_metrics], rtol=1e-5)
+  assert _max_difference(ps.params, spmd.params) < 1e-5
+  assert _max_difference(ps.batch_stats, spmd.batch_stats) < 1e-5
+  assert _max_difference(ps.opt_state, spmd.opt_state) < 1e-4
+  # A real change happened: not two copies of the initial parameters.
+  assert ps_metrics[-1]['loss'] != ps_metrics[0]['loss']
+  for record in ps_metrics:
+    assert record['push_bytes_shard0'] > 0 and record['pull_bytes_shard0'] > 0
+    assert all(record[k] >= 0 for k in ('compute_s', 'push_s', 'update_s',
+                                         'pull_s', 'wait_s'))
+
+
+def test_asynchronous_ps_never_applies_a_gradient_staler_than_allowed():
+  metrics, state = _train(_config('ps', 'vit_ti16', **{
+      'ps.num_workers': 4, 'ps.num_shards': 2, 'ps.mode': 'async',
+      'ps.max_staleness': 1}))
+  assert int(state.step) == NUM_STEPS
+  # optax's count is in global steps again in the checkpointed state.
+  counts = [x for x in jax.tree.leaves(state.opt_state) if np.ndim(x) == 0]
+  assert counts and all(int(c) == NUM_STEPS for c in counts)
+  assert all(m['staleness_max'] <= 1 for m in metrics)
+  assert all(np.isfinite(m['loss']) for m in metrics)
+
+
+# --- Partitioning -----------------------------------------------------------
+
+def _variables(name):
+  model = registry.create_model(name, num_classes=1000, image_size=224)
+  shapes = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), np.zeros((1, 224, 224, 3), np.float32),
+                         train=False))
+  unbox = lambda t: jax.tree.map(lambda x: getattr(x, 'value', x), t,
+                                 is_leaf=lambda x: hasattr(x, 'value'))
+  return state_split.flat_variables(unbox(shapes['params']),
+                                    unbox(shapes.get('batch_stats', {})))
+
+
+@pytest.mark.parametrize('name', ['resnet50', 'vit_b16'])
+@pytest.mark.parametrize('num_shards', [4, 8])
+def test_greedy_partitioner_owns_every_element_once_and_balances_bytes(name, num_shards):
+  variables = _variables(name)
+  shards = partition.partition(variables, num_shards, 'greedy')
+
+  owned = {path: np.zeros(max(v.shape[0], 1) if v.shape else 1, int)
+           for path, v in variables.items()}
+  for pieces in shards:
+    for p in pieces:
+      owned[p.path][p.start:p.stop] += 1
+      assert p.shape == ((p.stop - p.start, *variables[p.path].shape[1:])
+                         if variables[p.path].shape else ())
+  assert all((rows == 1).all() for rows in owned.values())
+  loads = partition.shard_bytes(shards)
+  total = sum(int(np.prod(v.shape)) * 4 for v in variables.values())
+  assert sum(loads) == total
+  assert max(loads) <= 1.10 * total / num_shards
+  assert min(loads) >= 0.90 * total / num_shards
+
+
+def test_round_robin_places_whole_variables_in_turn():
+  variables = _variables('resnet18')
+  shards = partition.partition(variables, 3, 'round_robin')
+  for j, pieces in enumerate(shards):
+    assert [p.path for p in pieces] == list(variables)[j::3]
+    assert all(p.start == 0 and p.shape == tuple(variables[p.path].shape)
+               for p in pieces)
+
+
+def test_more_shards_than_variables_is_refused():
+  variables = _variables('resnet18')
+  with pytest.raises(UsageError, match='fills only'):
+    partition.partition(variables, len(variables) + 1, 'round_robin')
+
+
+# --- Links ------------------------------------------------------------------
+
+def _timed_pushes(pairs, nbytes, bandwidth_gbps, latency_ms=0.0):
+  workers = [link.Interface(f'w{i}', bandwidth_gbps, latency_ms) for i in range(2)]
+  shards = [link.Interface(f's{i}', bandwidth_gbps, latency_ms) for i in range(2)]
+  source = np.ones(nbytes // 4, np.float32)
+  targets = [np.zeros_like(source) for _ in pairs]
+  threads = [threading.Thread(target=link.transfer,
+                              args=(workers[w], shards[s], [(t, source)]))
+             for (w, s), t in zip(pairs, targets)]
+  start = time.perf_counter()
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  elapsed = time.perf_counter() - start
+  assert all((t == source).all() for t in targets)  # the bytes really moved
+  return elapsed
+
+
+def test_a_push_takes_its_bytes_over_the_bandwidth_plus_latency():
+  nbytes, gbps = 40_000_000, 1.0  # 0.32 s at 1 Gbit/s
+  expected = nbytes * 8 / (gbps * 1e9)
+  assert _timed_pushes([(0, 0)], nbytes, gbps, latency_ms=80) == pytest.approx(
+      expected + 0.08, rel=0.15)
+  # Two workers into one shard share its interface; into two shards, not.
+  assert _timed_pushes([(0, 0), (1, 0)], nbytes, gbps) == pytest.approx(
+      2 * expected, rel=0.15)
+  assert _timed_pushes([(0, 0), (1, 1)], nbytes, gbps) == pytest.approx(
+      expected, rel=0.15)
