@@ -1,12 +1,16 @@
 """Config name -> model. The one place the trainer gets a model from."""
 
+import functools
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+from models import alexnet
+from models import googlenet
 from models import remat as remat_lib
 from models import resnet
+from models import vgg
 from models import vit
 
 _DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
@@ -39,9 +43,28 @@ def _vit(variant: str, patch_size: int) -> Callable[..., nn.Module]:
   return make
 
 
+def _classic(build: Callable[..., nn.Module],
+             batch_norm: bool) -> Callable[..., nn.Module]:
+  """AlexNet, VGG, GoogLeNet: `width` is the first conv's channels (published
+  64), every conv (and AlexNet/VGG's 4096-wide FC layers) scaled by width/64."""
+  def make(*, width: int, image_size: int, bn_group_size: int,
+           **kwargs) -> nn.Module:
+    del image_size  # Adaptive average pooling: any resolution works.
+    if batch_norm:
+      kwargs['bn_group_size'] = bn_group_size
+    if width:
+      kwargs['width'] = width
+    return build(**kwargs)
+  return make
+
+
 _REGISTRY: dict[str, Callable[..., nn.Module]] = {
     **{f'resnet{d}': _resnet(d) for d in sorted(resnet.STAGE_SIZES)},
     **{f'vit_{v}{p}': _vit(v, p) for v in vit.VARIANTS for p in (16, 32)},
+    'alexnet': _classic(alexnet.alexnet, batch_norm=False),
+    **{f'vgg{d}': _classic(functools.partial(vgg.vgg, d), batch_norm=False)
+       for d in sorted(vgg.STAGE_SIZES)},
+    'googlenet': _classic(googlenet.googlenet, batch_norm=True),
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(_REGISTRY)
@@ -58,9 +81,12 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
     dtype: compute dtype, 'float32' or 'bfloat16'; parameters stay float32.
     width: 0 for the published size. ResNet: channels of the stem and first
       stage (published 64). ViT: hidden size, with mlp_dim = 4 * width and
-      num_heads = max(1, width // 64).
+      num_heads = max(1, width // 64). AlexNet, VGG, GoogLeNet: channels of
+      the first conv (published 64); all convs and AlexNet/VGG's hidden FC
+      layers scale by width / 64.
     remat: 'none', 'full' or 'dots' (models/remat.py): what each residual block
-      recomputes in the backward pass (less activation memory, more compute).
+      recomputes in the backward pass (less activation memory, more compute);
+      VGG: each stage, GoogLeNet: each inception module, AlexNet: ignored.
     image_size: input resolution; ViT sizes its position embedding by it.
     bn_group_size: models with batch norm: statistics over groups of this
       many examples (models/batch_norm.py); 0: over the whole batch.
@@ -84,8 +110,9 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
 
 
 def has_batch_norm(name: str) -> bool:
-  """Whether the model keeps a 'batch_stats' collection (ResNets do)."""
+  """Whether the model keeps a 'batch_stats' collection (ResNets and
+  GoogLeNet do)."""
   if name not in _REGISTRY:
     raise ValueError(
         f'unknown model {name!r}; accepted: {", ".join(MODEL_NAMES)}')
-  return name.startswith('resnet')
+  return name.startswith('resnet') or name == 'googlenet'
