@@ -19,7 +19,7 @@ from configs import default as default_config
 
 CONFIG_FILE_NAME = 'config.json'
 
-# What may differ between runs in one work dir (DESIGN.md): the length of
+# What may differ between runs in one work dir (ARCHITECTURE.md): the length of
 # training, cadences, the mesh and device count, the engine (where parameters
 # live and how gradients meet), evaluation settings, where the data lives,
 # and host-side performance knobs. Everything else decides
@@ -168,7 +168,7 @@ def differing_keys(saved: ml_collections.ConfigDict,
 
 def build_config(recipe_path: str | None, overrides: list[tuple[str, str]],
                  workdir: str, default_recipe: str) -> ml_collections.ConfigDict:
-  """The config of this run, following DESIGN.md's work dir rules."""
+  """The config of this run, following the work dir rules of ARCHITECTURE.md."""
   saved = load_saved(workdir)
   if recipe_path is None:
     config = saved if saved is not None else load_recipe(default_recipe)

@@ -35,6 +35,17 @@ BAD_INVOCATIONS = [
     ([QUICK, '--mode=serve'], 'mode'),
     ([QUICK, '--no_such_flag=1'], 'no_such_flag'),
     ([QUICK, '--config.sharding_rules=((\'embed\', \'model\'),)'], 'sharding_rules'),
+    # The parameter-server engine (synthetic data: no data set to generate).
+    ([QUICK, '--config.data.source=synthetic', '--config.engine=ps',
+      '--config.ps.partitioner=round_robin', '--config.ps.num_shards=1000'],
+     'ps.num_shards=1000'),
+    ([QUICK, '--config.engine=ps', '--config.ps.mode=async',
+      '--config.ps.max_staleness=-2'], 'ps.max_staleness'),
+    ([QUICK, '--config.engine=ps', '--config.ps.max_staleness=2'], 'ps.max_staleness'),
+    ([QUICK, '--config.engine=ps', '--config.ps.bandwidth_gbps=-1'], 'ps.bandwidth_gbps'),
+    ([QUICK, '--config.engine=ps', '--config.mesh.fsdp=2'], 'engine=ps'),
+    ([QUICK, '--config.engine=ps', '--config.model.bn_group_size=32'],
+     'model.bn_group_size'),  # groups would span the 8 workers' slices of 16
 ]
 
 

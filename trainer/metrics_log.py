@@ -15,7 +15,7 @@ def _jsonable(value):
 
 
 class MetricsLog:
-  """Appends one JSON object per event; only process 0 writes (DESIGN.md)."""
+  """Appends one JSON object per event; only process 0 writes (ARCHITECTURE.md)."""
 
   def __init__(self, workdir: str, *, enabled: bool = True):
     self._enabled = enabled

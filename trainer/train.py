@@ -185,7 +185,8 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
 
     if step % config.log_every_steps == 0 or step == total:
       collect()
-      summary = {k: float(np.mean([m[k] for m in pending])) for k in pending[0]}
+      summary = {k: float((np.max if k.endswith('_max') else np.mean)(
+          [m[k] for m in pending])) for k in pending[0]}
       summary['nonfinite_steps'] = int(sum(1 - m['finite'] for m in pending))
       del summary['finite']
       elapsed = time.perf_counter() - interval_start

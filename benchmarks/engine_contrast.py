@@ -1,0 +1,165 @@
+"""SPMD against the parameter-server engine: same model, data and devices.
+
+For each model and each worker count N_w, one child process with N_w
+emulated devices measures the SPMD engine (data parallel over those devices)
+and the synchronous PS engine for every shard count N_ps and link bandwidth.
+Each configuration is compiled, warmed up, then timed over --steps steps on
+synthetic data; a line of JSON per configuration goes to standard output,
+and the table and a PNG to --out.
+
+  .venv/bin/python benchmarks/engine_contrast.py --out=benchmarks/engine_contrast
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# name -> (config overrides, global batch)
+MODELS = {
+    'quickstart': ({'model.name': 'resnet18', 'model.width': 16,
+                    'data.image_size': 32}, 128),
+    'resnet18_64px': ({'model.name': 'resnet18', 'model.width': 0,
+                       'data.image_size': 64}, 32),
+}
+
+
+def _config(model: str, engine: str, num_shards: int, bandwidth_gbps: float):
+  from configs import default  # pylint: disable=g-import-not-at-top
+  overrides, batch = MODELS[model]
+  config = default.get_config()
+  config.data.source = 'synthetic'
+  config.data.num_synthetic_classes = 10
+  config.data.num_synthetic_examples = batch * 4
+  config.batch_size = batch
+  config.num_train_steps = 1000
+  config.engine = engine
+  config.ps.num_shards = num_shards
+  config.ps.bandwidth_gbps = bandwidth_gbps
+  for key, value in overrides.items():
+    group, name = key.split('.')
+    config[group][name] = value
+  return config
+
+
+def _measure(config, steps: int, warmup: int) -> dict:
+  """Median step time and the mean time split over `steps` timed steps."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from trainer import device_input, engines, setup  # pylint: disable=g-import-not-at-top
+  from trainer import state as state_lib  # pylint: disable=g-import-not-at-top
+  exp = setup.build_experiment(config, '/nonexistent')
+  compile_start = time.perf_counter()
+  engine = engines.create_engine(exp)
+  compile_s = time.perf_counter() - compile_start
+  engine.start(state_lib.create_train_state(
+      exp.model, exp.tx, config.data.image_size, exp.state_shardings, 0))
+  batches = exp.dataset.train_batches(0)
+  times = []
+  for i in range(warmup + steps):
+    batch = device_input.to_global(next(batches), engine.batch_sharding)
+    jax.block_until_ready(batch)
+    start = time.perf_counter()
+    engine.step(batch)
+    records = engine.collect_metrics()  # waits for the step
+    if i >= warmup:
+      times.append((time.perf_counter() - start, records[-1]))
+  engine.close()
+  step_s = float(np.median([t for t, _ in times]))
+  split = {k: float(np.mean([r[k] for _, r in times]))
+           for k in ('compute_s', 'push_s', 'update_s', 'pull_s', 'wait_s')
+           if k in times[0][1]}
+  return {'step_s': step_s, 'images_per_sec': config.batch_size / step_s,
+          'compile_s': compile_s, **split}
+
+
+def child(args) -> None:
+  """Runs in a process whose device count is the worker count."""
+  import jax  # pylint: disable=g-import-not-at-top
+  num_workers = jax.device_count()
+  cells = [('spmd', 0, 0.0)] + [('ps', n, bw) for bw in args.bandwidths
+                                 for n in args.shards]
+  for engine, shards, bandwidth in cells:
+    config = _config(args.model, engine, max(shards, 1), bandwidth)
+    result = _measure(config, args.steps, args.warmup)
+    print(json.dumps({'model': args.model, 'engine': engine, 'num_workers': num_workers,
+                      'num_shards': shards, 'bandwidth_gbps': bandwidth,
+                      'batch_size': config.batch_size, **result}), flush=True)
+
+
+def _plot(rows, path: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  models = sorted({r['model'] for r in rows})
+  bandwidths = sorted({r['bandwidth_gbps'] for r in rows if r['engine'] == 'ps'})
+  fig, axes = plt.subplots(len(models), len(bandwidths),
+                           figsize=(5 * len(bandwidths), 4 * len(models)), squeeze=False)
+  for row, model in enumerate(models):
+    for col, bandwidth in enumerate(bandwidths):
+      ax = axes[row][col]
+      for n_ps in sorted({r['num_shards'] for r in rows if r['engine'] == 'ps'}):
+        cells = sorted((r['num_workers'], r['images_per_sec']) for r in rows
+                       if r['model'] == model and r['engine'] == 'ps'
+                       and r['num_shards'] == n_ps and r['bandwidth_gbps'] == bandwidth)
+        ax.plot(*zip(*cells), marker='o', label=f'PS, {n_ps} shards')
+      spmd = sorted((r['num_workers'], r['images_per_sec']) for r in rows
+                    if r['model'] == model and r['engine'] == 'spmd')
+      ax.plot(*zip(*spmd), marker='s', color='black', label='SPMD all-reduce')
+      link = 'unlimited' if bandwidth == 0 else f'{bandwidth:g} Gbit/s'
+      ax.set_title(f'{model}, PS links {link}')
+      ax.set_xlabel('workers (devices)')
+      ax.set_ylabel('images/s')
+      ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+
+
+def parent(args) -> None:
+  os.makedirs(args.out, exist_ok=True)
+  rows = []
+  for model in args.models:
+    for num_workers in args.workers:
+      env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3',
+                 XLA_FLAGS=f'--xla_force_host_platform_device_count={num_workers}')
+      command = [sys.executable, os.path.abspath(__file__), '--child',
+                 f'--model={model}', f'--steps={args.steps}', f'--warmup={args.warmup}',
+                 '--shards=' + ','.join(map(str, args.shards)),
+                 '--bandwidths=' + ','.join(map(str, args.bandwidths))]
+      result = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+      if result.returncode:
+        sys.exit(f'{model} with {num_workers} workers failed:\n{result.stderr[-3000:]}')
+      for line in result.stdout.splitlines():
+        if line.startswith('{'):
+          rows.append(json.loads(line))
+          print(line, flush=True)
+  with open(os.path.join(args.out, 'results.jsonl'), 'w') as f:
+    f.writelines(json.dumps(r) + '\n' for r in rows)
+  _plot(rows, os.path.join(args.out, 'images_per_sec.png'))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+  parser.add_argument('--model', help=argparse.SUPPRESS)
+  parser.add_argument('--models', type=lambda s: s.split(','),
+                      default=list(MODELS))
+  parser.add_argument('--workers', type=lambda s: [int(x) for x in s.split(',')],
+                      default=[2, 4, 8])
+  parser.add_argument('--shards', type=lambda s: [int(x) for x in s.split(',')],
+                      default=[1, 2, 4, 8])
+  parser.add_argument('--bandwidths', type=lambda s: [float(x) for x in s.split(',')],
+                      default=[0.0, 1.0], help='Gbit/s per link; 0: unlimited')
+  parser.add_argument('--steps', type=int, default=3)
+  parser.add_argument('--warmup', type=int, default=2)
+  parser.add_argument('--out', default='benchmarks/engine_contrast')
+  args = parser.parse_args()
+  sys.path.insert(0, REPO)
+  child(args) if args.child else parent(args)  # pylint: disable=expression-not-assigned
+
+
+if __name__ == '__main__':
+  main()

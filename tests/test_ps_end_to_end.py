@@ -1,0 +1,60 @@
+"""The parameter-server engine from the command line: preemption, resume,
+evaluation, continuing under SPMD, and asynchronous training that learns."""
+
+import json
+import signal
+
+from tests.helpers import run_main
+from tests.test_end_to_end import _interrupt, _records, tiny_run_flags
+
+
+def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
+    tmp_path, shapes_dir):
+  flags = tiny_run_flags(shapes_dir, num_train_steps=30, log_every_steps=1,
+                         eval_every_steps=100, engine='ps',
+                         **{'checkpoint.every_steps': 100, 'ps.num_shards': 2})
+  straight = str(tmp_path / 'straight')
+  result = run_main(f'--workdir={straight}', *flags)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'compute' in result.stderr and 'push' in result.stderr  # time split
+
+  interrupted = str(tmp_path / 'interrupted')
+  process = run_main(f'--workdir={interrupted}', *flags, background=True)
+  stopped = _interrupt(interrupted, process, 3, signal.SIGTERM)
+  assert stopped < 30
+  result = run_main(f'--workdir={interrupted}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'Resuming from step {stopped}' in result.stderr
+  losses = lambda w: {r['step']: r['loss'] for r in _records(w, 'train')}
+  assert losses(interrupted) == losses(straight)  # bitwise: same floats
+  record = _records(interrupted, 'train')[-1]
+  for key in ('compute_s', 'push_s', 'update_s', 'pull_s', 'wait_s',
+              'push_bytes_shard1', 'pull_bytes_shard1', 'busy_shard1'):
+    assert key in record
+
+  # The PS checkpoint is an SPMD checkpoint: training goes on under SPMD,
+  # and --mode=eval restores it.
+  result = run_main(f'--workdir={interrupted}', '--config.engine=spmd',
+                    '--config.num_train_steps=34')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Resuming from step 30' in result.stderr
+  assert max(r['step'] for r in _records(interrupted, 'train')) == 34
+  result = run_main(f'--workdir={interrupted}', '--mode=eval')
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  assert summary['step'] == 34 and summary['num_examples'] == 600
+
+
+def test_asynchronous_ps_with_staleness_2_trains_the_quickstart(tmp_path, shapes_dir):
+  workdir = str(tmp_path / 'async')
+  result = run_main(f'--workdir={workdir}', '--config=configs/quickstart.py',
+                    f'--config.data.dir={shapes_dir}', '--config.engine=ps',
+                    '--config.ps.mode=async', '--config.ps.max_staleness=2',
+                    '--config.ps.num_workers=2', '--config.ps.num_shards=2',
+                    timeout=1200)
+  assert result.returncode == 0, result.stderr[-3000:]
+  final = _records(workdir, 'eval')[-1]
+  assert final['accuracy'] >= 0.85, final
+  train = _records(workdir, 'train')
+  assert max(r['staleness_max'] for r in train) <= 2
+  assert all(r['staleness_mean'] >= 0 for r in train)
