@@ -126,6 +126,9 @@ def _check_ps(config: ml_collections.ConfigDict) -> None:
         f'engine=ps emulates data parallelism only, but mesh.fsdp='
         f'{config.mesh.fsdp} and mesh.tensor={config.mesh.tensor}; set both '
         'to 1 (or use engine=spmd)')
+  if ps.overlap and ps.mode != 'sync':
+    raise UsageError('ps.overlap is built for ps.mode=sync only; set one of '
+                     'them differently')
   if ps.overlap and config.grad_accum_steps > 1:
     raise UsageError('ps.overlap pushes each gradient once, as backprop makes '
                      f'it, but grad_accum_steps={config.grad_accum_steps} makes '

@@ -68,13 +68,14 @@ def _max_difference(a, b) -> float:
               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))], default=0.0)
 
 
-@pytest.mark.parametrize('model', ['vit_ti16', 'resnet18'])
-def test_synchronous_ps_gives_the_parameters_of_spmd(model):
+@pytest.mark.parametrize('model,overlap', [('vit_ti16', False), ('resnet18', True)])
+def test_synchronous_ps_gives_the_parameters_of_spmd(model, overlap):
   # 2 workers of 8 examples; SPMD (8 devices) normalises batch norm over the
-  # same groups of 8 that the workers see.
+  # same groups of 8 that the workers see. With overlap, each gradient is
+  # sent from inside backprop; the update must not change.
   spmd_metrics, spmd = _train(_config('spmd', model, **{'model.bn_group_size': 8}))
   ps_metrics, ps = _train(_config('ps', model, **{
-      'ps.num_workers': 2, 'ps.num_shards': 3}))
+      'ps.num_workers': 2, 'ps.num_shards': 3, 'ps.overlap': overlap}))
 
   assert int(ps.step) == NUM_STEPS
   np.testing.assert_allclose([m['loss'] for m in ps_metrics],

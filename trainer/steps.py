@@ -71,7 +71,7 @@ def _micro_batches(x: jax.Array, k: int) -> jax.Array:
 def compute_gradients(params, batch_stats, batch, step, *, model,
                       label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
                       grad_accum_steps: int = 1, seed: int = 0,
-                      nan_at_step: int = -1):
+                      nan_at_step: int = -1, param_hook=None):
   """Gradients of the mean loss over `batch`; returns (grads, batch_stats, metrics).
 
   The one loss-and-gradient code of both engines: SPMD calls it on the global
@@ -81,7 +81,9 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
   gradients are averaged: the same gradient as one batch (for models without
   batch norm), with a k-th of the activation memory. nan_at_step >= 0 injects
   a NaN loss at that step (fault injection for tests). metrics: 'loss' and
-  'accuracy' (top-1) over the batch.
+  'accuracy' (top-1) over the batch. param_hook, if given, is applied to the
+  parameters inside the differentiated function (the parameter-server
+  engine taps each parameter's gradient there as backprop produces it).
   """
   images = normalize_images(batch['image'])
   if nan_at_step >= 0:
@@ -93,6 +95,8 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
     images, targets = mixup(rng, images, targets, mixup_alpha)
 
   def loss_fn(p, batch_stats, images, targets):
+    if param_hook is not None:
+      p = param_hook(p)
     logits, batch_stats = _apply(model, p, batch_stats, images, train=True)
     loss = optax.softmax_cross_entropy(logits.astype(jnp.float32), targets).mean()
     return loss, (logits, batch_stats)

@@ -57,7 +57,9 @@ class ParameterServerEngine:
     self._async = ps.mode == 'async'
     devices = jax.devices()
     self.num_workers = n = ps.num_workers or len(devices)
-    self._devices = devices[:n]
+    # The last N_w devices: on a CPU-only machine the first one is also the
+    # host's, where shards compute and host callbacks land (ps.overlap).
+    self._devices = devices[len(devices) - n:]
     self._mesh = workers.worker_mesh(self._devices)
     P = jax.sharding.PartitionSpec
     self.batch_sharding = jax.sharding.NamedSharding(self._mesh, P(workers.AXIS))
@@ -93,12 +95,34 @@ class ParameterServerEngine:
     self._tasks = concurrent.futures.ThreadPoolExecutor(
         max(n, len(self.shards)), thread_name_prefix='ps-task')
 
+    # ps.overlap: each parameter's gradient is sent the moment backprop has
+    # made it, one message per variable on a per-(worker, shard) connection
+    # that keeps the messages in order.
+    self._overlap = ps.overlap
+    if self._overlap and devices[0].platform == 'cpu' and n == len(devices):
+      # XLA hands a gradient to the host by placing it on the first CPU
+      # device, which waits behind that device's own running step.
+      raise UsageError(
+          f'ps.overlap on CPU devices needs one device that is not a worker, '
+          f'where gradients reach the host during backprop: set '
+          f'ps.num_workers to at most {n - 1}')
+    self._param_paths = [p for p in self._variables if p.startswith(PARAMS + '/')]
+    self._owners = {path: [] for path in self._param_paths}
+    for j, pieces in enumerate(self.shard_pieces):
+      for p in pieces:
+        if p.path in self._owners:
+          self._owners[p.path].append((j, p))
+    self._connections = [[concurrent.futures.ThreadPoolExecutor(1) for _ in self.shards]
+                         for _ in range(n)] if self._overlap else []
+    self._in_flight = [[] for _ in range(n)]
+
     start = time.perf_counter()
     if self._async:
       from trainer.engines.ps import async_workers  # pylint: disable=g-import-not-at-top
       self._runner = async_workers.AsyncRunner(self, exp, config.batch_size // n)
     else:
-      self._program = workers.compile_sync_program(exp, self._mesh)
+      self._program = workers.compile_sync_program(
+          exp, self._mesh, self._send_gradient if self._overlap else None)
     logging.info('Compiled the PS workers\' gradient program%s in %.1fs; %d '
                  'workers, %d shards (%s MB each)', 's' if self._async else '',
                  time.perf_counter() - start, n, len(self.shards),
@@ -157,17 +181,20 @@ class ParameterServerEngine:
   def close(self) -> None:
     if self._async:
       self._runner.stop()
-    self._transfers.shutdown(wait=True, cancel_futures=True)
-    self._tasks.shutdown(wait=True, cancel_futures=True)
+    for pool in [self._transfers, self._tasks, *sum(self._connections, [])]:
+      pool.shutdown(wait=True, cancel_futures=True)
 
   # --- Moving bytes -----------------------------------------------------------
-  def push(self, worker: int, flat: dict, inboxes=None) -> None:
+  def push(self, worker: int, flat: dict) -> None:
     """Worker `worker`'s gradients and statistics ({path: host array}) to
-    every shard's inbox (default: the shard's buffer for this worker)."""
+    every shard's buffer for this worker; only the paths in `flat`."""
     futures = []
-    for j, s in enumerate(self.shards):
-      inbox = s.inbox[worker] if inboxes is None else inboxes[j]
-      copies = [(inbox[p.key], p.of(flat[p.path])) for p in s.pieces]
+    for s in self.shards:
+      inbox = s.inbox[worker]
+      copies = [(inbox[p.key], p.of(flat[p.path])) for p in s.pieces
+                if p.path in flat]
+      if not copies:
+        continue
       futures.append(self._transfers.submit(
           link.transfer, self.worker_nics[worker], s.nic, copies))
     for f in futures:
@@ -269,13 +296,32 @@ class ParameterServerEngine:
     }
 
   def _compute_and_push(self, i: int, local: list, start: float):
-    """Waits for worker i's gradients and statistics, then pushes them."""
+    """Waits for worker i's gradients and statistics, then pushes them
+    (with overlap: the statistics, and waits for the gradients in flight)."""
     jax.block_until_ready(local)
     computed = time.perf_counter()
+    paths = list(self._variables)
+    if self._overlap:
+      local, paths = local[len(self._param_paths):], paths[len(self._param_paths):]
     host = jax.device_get(local)
-    flat = dict(zip(self._variables, (x[0] for x in host)))
-    self.push(i, flat)
+    self.push(i, dict(zip(paths, (x[0] for x in host))))
+    if self._overlap:
+      in_flight, self._in_flight[i] = self._in_flight[i], []
+      link.wait_until(max([f.result() for f in in_flight], default=0.0))
     return computed - start, time.perf_counter() - computed
+
+  def _send_gradient(self, worker, leaf, gradient) -> None:
+    """Called by XLA on the host during backprop (ps.overlap): sends one
+    parameter's gradient to the shards that own it, without waiting."""
+    worker, path = int(worker), self._param_paths[int(leaf)]
+    gradient = np.array(gradient)  # XLA's buffer is only lent to the callback
+    by_shard = {}
+    for j, p in self._owners[path]:
+      by_shard.setdefault(j, []).append((self.shards[j].inbox[worker][p.key], p.of(gradient)))
+    for j, copies in by_shard.items():
+      self._in_flight[worker].append(self._connections[worker][j].submit(
+          link.transfer, self.worker_nics[worker], self.shards[j].nic, copies,
+          wait_for_arrival=False))
 
   def _pull_to_device(self, i: int):
     start = time.perf_counter()

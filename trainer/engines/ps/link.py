@@ -83,11 +83,15 @@ def _sleep_until(deadline: float) -> None:
 
 
 def transfer(src: Interface, dst: Interface,
-             copies: list[tuple[np.ndarray, np.ndarray]]) -> int:
+             copies: list[tuple[np.ndarray, np.ndarray]],
+             wait_for_arrival: bool = True) -> float:
   """Moves every (destination, source) pair of arrays from src to dst.
 
-  Returns when the last byte would have arrived: the paced time of all bytes
-  plus the latency of the message. Returns the number of bytes moved.
+  Returns the time (time.perf_counter) at which the last byte arrives: the
+  paced time of all bytes plus the message's latency. With wait_for_arrival
+  it returns only then; without, as soon as the last byte has left, so that
+  messages sent one after another on one connection overlap their latencies
+  as they do on a real network.
   """
   rate = min(r for r in (src.bytes_per_s, dst.bytes_per_s, np.inf) if r > 0)
   paced = bool(np.isfinite(rate))
@@ -115,9 +119,15 @@ def transfer(src: Interface, dst: Interface,
   with _LOCK:
     src.tx_bytes += total
     dst.rx_bytes += total
-  latency = max(src.latency_s, dst.latency_s)
-  if latency > 0:
-    # The last byte leaves at last_end (paced) or now (unlimited) and
-    # arrives one latency later; latency does not occupy the interface.
-    _sleep_until((last_end if paced else time.perf_counter()) + latency)
-  return total
+  # The last byte leaves at last_end (paced) or now (unlimited) and arrives
+  # one latency later; latency does not occupy the interface.
+  arrival = (last_end if paced else time.perf_counter()) + max(
+      src.latency_s, dst.latency_s)
+  if wait_for_arrival:
+    _sleep_until(arrival)
+  return arrival
+
+
+def wait_until(arrival: float) -> None:
+  """Sleeps until `arrival` (a time from `transfer`)."""
+  _sleep_until(arrival)

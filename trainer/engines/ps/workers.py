@@ -20,21 +20,48 @@ from trainer import steps
 AXIS = 'workers'
 
 
-def local_gradients(exp):
+def local_gradients(exp, on_gradient=None):
   """(params, batch_stats, batch, step) -> (grads, batch_stats, metrics) of a
-  worker's slice, with the SPMD engine's loss code and settings."""
+  worker's slice, with the SPMD engine's loss code and settings.
+
+  on_gradient(worker, leaf, gradient), if given, is called on the host with
+  each parameter leaf's gradient as soon as backprop has produced it, while
+  the rest of the backward pass goes on (ps.overlap).
+  """
   config = exp.config
   compute = functools.partial(
       steps.compute_gradients, model=exp.model,
       label_smoothing=config.label_smoothing, mixup_alpha=config.mixup_alpha,
       grad_accum_steps=config.grad_accum_steps, seed=config.seed,
-      nan_at_step=config.debug.nan_at_step)
+      nan_at_step=config.debug.nan_at_step,
+      param_hook=None if on_gradient is None else functools.partial(
+          _tap_gradients, on_gradient=on_gradient))
 
   def fn(params, batch_stats, batch, step):
     grads, batch_stats, metrics = compute(params, batch_stats, batch, step)
     sumsq = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
     return grads, batch_stats, {**metrics, 'grad_sumsq': sumsq}
   return fn
+
+
+def _tap_gradients(params, on_gradient):
+  """Identity on the parameters whose backward pass hands each leaf's
+  gradient to `on_gradient` on the host, the moment it is computed."""
+  leaves, treedef = jax.tree.flatten(params)
+
+  def tap(index, leaf):
+    @jax.custom_vjp
+    def identity(x):
+      return x
+
+    def backward(_, gradient):
+      jax.debug.callback(on_gradient, jax.lax.axis_index(AXIS), index, gradient)
+      return (gradient,)
+
+    identity.defvjp(lambda x: (x, None), backward)
+    return identity(leaf)
+
+  return jax.tree.unflatten(treedef, [tap(i, x) for i, x in enumerate(leaves)])
 
 
 def worker_mesh(devices) -> jax.sharding.Mesh:
@@ -56,9 +83,9 @@ def _abstract(tree, sharding):
                                                      sharding=sharding), tree)
 
 
-def compile_sync_program(exp, mesh):
+def compile_sync_program(exp, mesh, on_gradient=None):
   """All workers' gradients in one program; outputs stacked [N_w, ...]."""
-  fn = local_gradients(exp)
+  fn = local_gradients(exp, on_gradient)
   P = jax.sharding.PartitionSpec
 
   def per_worker(params, batch_stats, batch, step):
