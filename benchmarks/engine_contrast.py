@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,6 +80,10 @@ def _measure(config, steps: int, warmup: int) -> dict:
 def child(args) -> None:
   """Runs in a process whose device count is the worker count."""
   import jax  # pylint: disable=g-import-not-at-top
+  # The workers' program depends on the model and N_w only: compile it once
+  # for all shard counts and links (the cache is keyed by the program).
+  jax.config.update('jax_compilation_cache_dir', args.cache_dir)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   num_workers = jax.device_count()
   cells = [('spmd', 0, 0.0)] + [('ps', n, bw) for bw in args.bandwidths
                                  for n in args.shards]
@@ -120,12 +125,14 @@ def _plot(rows, path: str) -> None:
 
 def parent(args) -> None:
   os.makedirs(args.out, exist_ok=True)
+  cache_dir = tempfile.mkdtemp(prefix='engine_contrast_cache_')
   rows = []
   for model in args.models:
     for num_workers in args.workers:
       env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3',
                  XLA_FLAGS=f'--xla_force_host_platform_device_count={num_workers}')
       command = [sys.executable, os.path.abspath(__file__), '--child',
+                 f'--cache_dir={cache_dir}',
                  f'--model={model}', f'--steps={args.steps}', f'--warmup={args.warmup}',
                  '--shards=' + ','.join(map(str, args.shards)),
                  '--bandwidths=' + ','.join(map(str, args.bandwidths))]
@@ -145,6 +152,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
   parser.add_argument('--model', help=argparse.SUPPRESS)
+  parser.add_argument('--cache_dir', help=argparse.SUPPRESS)
   parser.add_argument('--models', type=lambda s: s.split(','),
                       default=list(MODELS))
   parser.add_argument('--workers', type=lambda s: [int(x) for x in s.split(',')],
