@@ -1,0 +1,87 @@
+"""The cost model of a data-parallel step, after Zou et al. (2017).
+
+Pure functions of: the model's bytes S, the compute time T_C of one worker's
+mini-batch, the link bandwidth B (bytes/s per interface and direction; inf =
+unlimited), the one-way latency, and the numbers of workers N_w and server
+shards N_ps. The planner fills them with its own measurements; the study
+checks what they predict against the parameter-server engine's clock.
+"""
+
+import math
+
+
+def ring_allreduce_s(model_bytes: float, bandwidth: float, num_workers: int,
+                     latency_s: float = 0.0) -> float:
+  """Ring all-reduce: 2(n-1)/n * S/B, plus a latency per each of 2(n-1) hops."""
+  n = num_workers
+  if n <= 1:
+    return 0.0
+  return 2 * (n - 1) / n * model_bytes / bandwidth + 2 * (n - 1) * latency_s
+
+
+def ps_direction_s(model_bytes: float, bandwidth: float, num_workers: int,
+                   num_shards: int, latency_s: float = 0.0,
+                   largest_shard_bytes: float | None = None) -> float:
+  """One direction (push or pull) of a PS step.
+
+  A worker's own link carries all S bytes; the busiest shard's link carries
+  its share from every worker, N_w * S/N_ps for balanced shards. The slower
+  of the two sets the time: max(S/B, N_w*S/(N_ps*B)), plus one latency.
+  """
+  shard = model_bytes / num_shards if largest_shard_bytes is None else largest_shard_bytes
+  return max(model_bytes, num_workers * shard) / bandwidth + latency_s
+
+
+def ps_step_s(compute_s: float, model_bytes: float, bandwidth: float,
+              num_workers: int, num_shards: int, *, latency_s: float = 0.0,
+              update_s: float = 0.0, overlap: bool = False,
+              largest_shard_bytes: float | None = None) -> float:
+  """Compute, push, update, pull; with overlap the push hides behind compute."""
+  push = ps_direction_s(model_bytes, bandwidth, num_workers, num_shards,
+                        latency_s, largest_shard_bytes)
+  pull = push
+  if overlap:
+    return max(compute_s, push) + update_s + pull
+  return compute_s + push + update_s + pull
+
+
+def spmd_step_s(compute_s: float, model_bytes: float, bandwidth: float,
+                num_workers: int, *, latency_s: float = 0.0,
+                overlap: bool = False) -> float:
+  """Compute and a ring all-reduce of the gradients (overlapped or not)."""
+  comm = ring_allreduce_s(model_bytes, bandwidth, num_workers, latency_s)
+  return max(compute_s, comm) if overlap else compute_s + comm
+
+
+def images_per_sec(global_batch: int, step_s: float) -> float:
+  return global_batch / step_s
+
+
+def min_ps_shards(model_bytes: float, bandwidth: float, num_workers: int,
+                  compute_s: float) -> int:
+  """Lemma: shards needed so one direction's traffic takes no longer than
+  the compute, N_ps >= ceil(N_w*S/(B*T_C)); at least 1."""
+  if math.isinf(bandwidth):
+    return 1
+  return max(1, math.ceil(num_workers * model_bytes / (bandwidth * compute_s)))
+
+
+def max_scaling_workers(model_bytes: float, bandwidth: float, num_shards: int,
+                        compute_s: float) -> float:
+  """Lemma: the most workers whose traffic still fits behind the compute,
+  N_w <= N_ps*B*T_C/S (inf for unlimited bandwidth)."""
+  if math.isinf(bandwidth):
+    return math.inf
+  return math.floor(num_shards * bandwidth * compute_s / model_bytes)
+
+
+def choose_batch_size(throughput: dict, tolerance: float = 0.05) -> int:
+  """The smallest batch whose throughput is within `tolerance` of the best.
+
+  `throughput` maps batch size -> images/s for the sizes that fit; a larger
+  batch costs memory and generalisation, so take the knee, not the peak.
+  """
+  if not throughput:
+    raise ValueError('no batch size fits: the sweep measured nothing')
+  best = max(throughput.values())
+  return min(b for b, value in throughput.items() if value >= (1 - tolerance) * best)
