@@ -4,6 +4,7 @@ This file only parses flags, starts the runtime and dispatches: all logic
 lives in cli/ (config and validation) and trainer/ (the work).
 """
 
+import json
 import os
 import sys
 
@@ -57,6 +58,13 @@ def run(argv) -> int:
   validation.check_against_devices(config, num_devices=jax.device_count(),
                                    num_processes=jax.process_count())
 
+  if FLAGS.mode in ('plan', 'study'):
+    from trainer.planner import plan, study  # pylint: disable=g-import-not-at-top
+    if FLAGS.mode == 'plan':
+      plan.run_plan(config, FLAGS.workdir)
+    else:
+      print(json.dumps(study.run_study(config, FLAGS.workdir)), flush=True)
+    return 0
   from trainer import evaluate, train  # pylint: disable=g-import-not-at-top
   if FLAGS.mode == 'train':
     outcome = train.train_and_evaluate(config, FLAGS.workdir)

@@ -13,7 +13,7 @@ from absl import flags
 from cli.errors import UsageError
 
 FLAGS = flags.FLAGS
-MODES = ('train', 'eval')
+MODES = ('train', 'eval', 'plan', 'study')
 
 flags.DEFINE_string('workdir', None, 'Work dir: checkpoints, metrics, config.json.')
 flags.DEFINE_enum('mode', 'train', MODES, 'What to run.')

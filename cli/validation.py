@@ -83,6 +83,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       _one_of(f'sharding_rules[{rule[0]}]', axis, MESH_AXES)
   _one_of('engine', config.engine, ENGINES)
   _check_ps(config)
+  _check_plan_and_study(config)
   _one_of('nonfinite', config.nonfinite, NONFINITE)
   _at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
   _at_least('init.checkpoint_step', config.init.checkpoint_step, -1)
@@ -133,6 +134,42 @@ def _check_ps(config: ml_collections.ConfigDict) -> None:
     raise UsageError('ps.overlap pushes each gradient once, as backprop makes '
                      f'it, but grad_accum_steps={config.grad_accum_steps} makes '
                      'several per step; use one or the other')
+
+
+def parse_list(key: str, text: str, kind=int) -> list:
+  """'1,2,4' -> [1, 2, 4]; UsageError naming `key` for an empty or bad list."""
+  try:
+    values = [kind(x) for x in text.split(',') if x.strip()]
+  except ValueError:
+    values = None
+  if not values:
+    raise UsageError(f'{key}={text!r} must be a comma-separated list of values')
+  return values
+
+
+def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
+  plan, study = config.plan, config.study
+  if any(b < 1 for b in parse_list('plan.batch_sizes', plan.batch_sizes)):
+    raise UsageError(f'plan.batch_sizes={plan.batch_sizes!r}: sizes must be >= 1')
+  _at_least('plan.repeats', plan.repeats, 1)
+  _at_least('plan.num_workers', plan.num_workers, 0)
+  if not 0 < plan.bandwidth_gbps < math.inf:
+    raise UsageError(f'plan.bandwidth_gbps={plan.bandwidth_gbps!r} must be a '
+                     'finite number > 0 (the link of the cluster to plan for)')
+  for key in ('latency_ms', 'compute_s'):
+    if not 0 <= plan[key] < math.inf:
+      raise UsageError(f'plan.{key}={plan[key]!r} must be a finite number >= 0')
+  if not [m for m in study.models.split(',') if m.strip()]:
+    raise UsageError(f'study.models={study.models!r} names no model')
+  for key in ('num_workers', 'num_shards', 'batch_sizes'):
+    if any(v < 1 for v in parse_list(f'study.{key}', study[key])):
+      raise UsageError(f'study.{key}={study[key]!r}: values must be >= 1')
+  bandwidths = parse_list('study.bandwidths_gbps', study.bandwidths_gbps, float)
+  if any(not 0 < b < math.inf for b in bandwidths):
+    raise UsageError(f'study.bandwidths_gbps={study.bandwidths_gbps!r}: every '
+                     'bandwidth must be a finite number > 0')
+  _at_least('study.steps', study.steps, 1)
+  _at_least('study.model_width', study.model_width, 0)
 
 
 def num_ps_workers(config: ml_collections.ConfigDict, num_devices: int) -> int:

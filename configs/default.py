@@ -81,6 +81,23 @@ def get_config() -> ml_collections.ConfigDict:
   config.ps.latency_ms = 0.0  # one-way latency of every message
   config.ps.overlap = False  # push a layer's gradient as soon as backprop produces it, while earlier layers still compute
 
+  # --- The planner (--mode=plan) and the study (--mode=study) -----------------
+  config.plan = ml_collections.ConfigDict()
+  config.plan.batch_sizes = '2,4,8,16,32,64'  # per-worker mini-batches to sweep (up to what fits)
+  config.plan.repeats = 3  # timed runs per measurement (median)
+  config.plan.num_workers = 0  # N_w of the cluster to plan for; 0: ps.num_workers, else every device
+  config.plan.bandwidth_gbps = 10.0  # link of the cluster to plan for, Gbit/s per interface and direction
+  config.plan.latency_ms = 0.05  # its one-way latency
+  config.plan.compute_s = 0.0  # a stated T_C of the chosen mini-batch; 0: the measured one
+  config.study = ml_collections.ConfigDict()
+  config.study.models = 'resnet18,alexnet'  # registry names: one compute-heavy, one communication-heavy
+  config.study.model_width = 16  # model.width of every study model (0: published)
+  config.study.num_workers = '2,4'  # N_w grid
+  config.study.num_shards = '1,2,4'  # N_ps grid
+  config.study.bandwidths_gbps = '0.5,2'  # link grid, Gbit/s (> 0)
+  config.study.batch_sizes = '64,128'  # global batch grid
+  config.study.steps = 3  # timed PS steps per cell (after 2 warm-up steps)
+
   # --- Cadences and outputs --------------------------------------------------
   config.log_every_steps = 50  # progress line and train metrics
   config.eval_every_steps = 0  # 0: evaluate once per epoch and at the end

@@ -95,27 +95,36 @@ def transfer(src: Interface, dst: Interface,
   """
   rate = min(r for r in (src.bytes_per_s, dst.bytes_per_s, np.inf) if r > 0)
   paced = bool(np.isfinite(rate))
-  total, last_end = 0, time.perf_counter()
+  chunk_bytes = max(_MIN_CHUNK_BYTES, int(rate * _CHUNK_S)) if paced else 0
+  total, pending, last_end = 0, 0, time.perf_counter()
+  copy_start = time.perf_counter()
   for destination, source in copies:
     # Contiguous row blocks of C-ordered arrays: flat views, no copies.
     destination, source = destination.reshape(-1), source.reshape(-1)
     total += destination.nbytes
     if not paced:
-      start = time.perf_counter()
       np.copyto(destination, source)
-      copy_s = time.perf_counter() - start
-      with _LOCK:
-        src.tx.busy_s += copy_s
-        dst.rx.busy_s += copy_s
       continue
-    # Each chunk is copied inside the time it has booked, so copying costs
-    # no wall time beyond the paced time.
-    step = max(1, max(_MIN_CHUNK_BYTES, int(rate * _CHUNK_S)) // destination.itemsize)
+    # The message is one byte stream: small arrays share a chunk, large ones
+    # are cut into chunks, and each full chunk waits for its booked time
+    # (copying it costs no wall time beyond that).
+    step = max(1, chunk_bytes // destination.itemsize)
     for first in range(0, destination.size, step):
       last = min(first + step, destination.size)
-      last_end = _reserve(src, dst, (last - first) * destination.itemsize, rate)
       np.copyto(destination[first:last], source[first:last])
-      _sleep_until(last_end)
+      pending += (last - first) * destination.itemsize
+      if pending >= chunk_bytes:
+        last_end = _reserve(src, dst, pending, rate)
+        pending = 0
+        _sleep_until(last_end)
+  if pending:
+    last_end = _reserve(src, dst, pending, rate)
+    _sleep_until(last_end)
+  if not paced:
+    copy_s = time.perf_counter() - copy_start
+    with _LOCK:
+      src.tx.busy_s += copy_s
+      dst.rx.busy_s += copy_s
   with _LOCK:
     src.tx_bytes += total
     dst.rx_bytes += total

@@ -83,8 +83,11 @@ def _abstract(tree, sharding):
                                                      sharding=sharding), tree)
 
 
-def compile_sync_program(exp, mesh, on_gradient=None):
-  """All workers' gradients in one program; outputs stacked [N_w, ...]."""
+def compile_sync_program(exp, mesh, on_gradient=None, batch_size: int = 0):
+  """All workers' gradients in one program; outputs stacked [N_w, ...].
+
+  batch_size: the global batch it is compiled for (0: the config's).
+  """
   fn = local_gradients(exp, on_gradient)
   P = jax.sharding.PartitionSpec
 
@@ -103,7 +106,7 @@ def compile_sync_program(exp, mesh, on_gradient=None):
   return program.lower(
       _abstract(abstract.params, replicated),
       _abstract(abstract.batch_stats, replicated),
-      _batch_spec(exp, exp.config.batch_size,
+      _batch_spec(exp, batch_size or exp.config.batch_size,
                   jax.sharding.NamedSharding(mesh, P(AXIS))),
       jax.ShapeDtypeStruct((), np.int32, sharding=replicated)).compile()
 

@@ -1,0 +1,69 @@
+"""--mode=plan and --mode=study from the command line: outputs, resume, errors."""
+
+import json
+import os
+
+import pytest
+
+from tests.helpers import run_main
+
+TINY = ['--config=configs/quickstart.py', '--config.model.width=4',
+        '--config.data.image_size=16', '--config.plan.repeats=1']
+
+
+def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
+  workdir = tmp_path / 'plan'
+  result = run_main(f'--workdir={workdir}', '--mode=plan', *TINY,
+                    '--config.ps.num_workers=2', '--config.plan.batch_sizes=2,4',
+                    '--config.plan.num_workers=16', '--config.plan.bandwidth_gbps=10')
+  assert result.returncode == 0, result.stderr[-3000:]
+  plan = json.loads((workdir / 'plan.json').read_text())
+  assert plan['recommended']['per_worker_batch'] in (2, 4)
+  assert plan['recommended']['num_shards'] >= 1
+  assert [p['per_worker_batch'] for p in plan['compute_sweep']] == [2, 4]
+  assert plan['cluster']['num_workers'] == 16
+  assert (workdir / 'plan.png').exists()
+  assert 'PS shards for 16 workers' in result.stdout
+
+
+def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
+  workdir = tmp_path / 'study'
+  grid = [*TINY, '--config.study.models=resnet18', '--config.study.model_width=4',
+          '--config.study.num_workers=2', '--config.study.batch_sizes=8',
+          '--config.study.bandwidths_gbps=1', '--config.study.steps=1']
+  result = run_main(f'--workdir={workdir}', '--mode=study', *grid,
+                    '--config.study.num_shards=1')
+  assert result.returncode == 0, result.stderr[-3000:]
+  first = (workdir / 'study.jsonl').read_text().splitlines()
+  assert len(first) == 1
+
+  # A larger grid in the same work dir: the finished cell is kept as it was.
+  result = run_main(f'--workdir={workdir}', '--mode=study', *grid,
+                    '--config.study.num_shards=1,2')
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = (workdir / 'study.jsonl').read_text().splitlines()
+  assert len(rows) == 2 and rows[0] == first[0]
+  assert '1 done before, 1 to run' in result.stderr
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  assert summary['cells'] == 2 and summary['mape_percent'] >= 0
+  study_md = (workdir / 'study.md').read_text()
+  assert 'mean absolute percentage error' in study_md and '## Findings' in study_md
+  for png in ('study_step_time_vs_shards.png', 'study_throughput_vs_workers.png',
+              'study_predicted_vs_measured.png'):
+    assert os.path.exists(workdir / png)
+
+
+@pytest.mark.parametrize('args,fragment', [
+    (['--mode=study', '--config.study.num_shards='], 'study.num_shards'),
+    (['--mode=study', '--config.study.bandwidths_gbps=0'], 'study.bandwidths_gbps'),
+    (['--mode=plan', '--config.plan.bandwidth_gbps=-1'], 'plan.bandwidth_gbps'),
+    (['--mode=plan', '--config.runtime.device_memory_gib=0.000001',
+      '--config.plan.batch_sizes=2'], 'fits'),
+], ids=['empty grid', 'study bandwidth', 'plan bandwidth', 'nothing fits'])
+def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment):
+  result = run_main(f'--workdir={tmp_path / "w"}', *TINY, *args)
+  assert result.returncode == 2, result.stderr[-3000:]
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert fragment in lines[-1] and 'Traceback' not in result.stderr
+  if fragment != 'fits':  # found before any work: the only line
+    assert len(lines) == 1, result.stderr

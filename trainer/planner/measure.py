@@ -1,0 +1,136 @@
+"""What the planner measures on the devices at hand.
+
+Only these figures feed its predictions: the model's bytes S, the compute
+time T_C of the workers' gradient program at each per-worker batch (run by
+N_w workers at once, since emulated devices share the host's cores), the
+host<->device copy speed, and the shards' aggregate-and-update time. It
+never looks at the parameter-server engine's step times.
+"""
+
+import dataclasses
+import math
+import os
+import time
+
+import jax
+import numpy as np
+
+from trainer import memory
+from trainer import state as state_lib
+from trainer.engines.ps import partition
+from trainer.engines.ps import shard as shard_lib
+from trainer.engines.ps import state_split
+from trainer.engines.ps import workers
+
+
+@dataclasses.dataclass
+class ComputePoint:
+  per_worker_batch: int
+  compute_s: float  # median wall time of the gradient program
+  images_per_sec: float  # N_w * b / T_C
+  peak_bytes: int  # per device, from XLA's memory analysis
+
+
+def model_bytes(exp) -> int:
+  """S: the bytes a worker pushes and pulls per step (parameters' gradients
+  and batch statistics)."""
+  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(
+      (exp.abstract_state.params, exp.abstract_state.batch_stats)))
+
+
+def _median_s(fn, repeats: int) -> float:
+  fn()  # warm-up
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
+def _initial_params(exp, mesh):
+  state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
+                                       exp.state_shardings, exp.config.seed)
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return jax.device_put((state.params, state.batch_stats), replicated)
+
+
+def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
+                  capacity_bytes: int | None) -> list[ComputePoint]:
+  """T_C(b) for each per-worker batch b that fits, in increasing order."""
+  devices = jax.devices()[len(jax.devices()) - num_workers:]
+  mesh = workers.worker_mesh(devices)
+  params, stats = _initial_params(exp, mesh)
+  size = exp.config.data.image_size
+  batch_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(workers.AXIS))
+  points = []
+  for b in sorted(per_worker_batches):
+    program = workers.compile_sync_program(exp, mesh, batch_size=b * num_workers)
+    peak = memory.report(program, exp.abstract_state).peak
+    if capacity_bytes is not None and peak > capacity_bytes:
+      break  # larger batches need more memory still
+    rng = np.random.default_rng(b)
+    batch = jax.device_put({
+        'image': rng.integers(0, 256, (b * num_workers, size, size, 3), np.uint8),
+        'label': rng.integers(0, 2, (b * num_workers,), np.int32)}, batch_sharding)
+    step = jax.device_put(np.int32(0), jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec()))
+    t = _median_s(lambda: jax.block_until_ready(program(params, stats, batch, step)),
+                  repeats)
+    points.append(ComputePoint(b, t, num_workers * b / t, peak))
+  return points
+
+
+def host_device_bytes_per_s(num_bytes: int, repeats: int = 5) -> tuple[float, float]:
+  """(device->host, host->device) copy speed for an array of `num_bytes`."""
+  device = jax.devices()[-1]
+  host = np.ones(max(num_bytes // 4, 1), np.float32)
+  on_device = jax.device_put(host, device)
+  d2h = _median_s(lambda: np.array(jax.device_get(on_device)), repeats)
+  h2d = _median_s(lambda: jax.block_until_ready(
+      jax.device_put(host, device, may_alias=False)), repeats)
+  return num_bytes / d2h, num_bytes / h2d
+
+
+def update_s(exp, num_workers: int, num_shards: int, repeats: int = 3) -> float:
+  """Wall time of every shard averaging N_w gradients and updating at once."""
+  variables = state_split.flat_variables(exp.abstract_state.params,
+                                         exp.abstract_state.batch_stats)
+  pieces = partition.partition(variables, num_shards, exp.config.ps.partitioner)
+  config = exp.config.copy_and_resolve_references()
+  config.grad_clip_norm = 0.0
+  from trainer import optim  # pylint: disable=g-import-not-at-top
+  tx = optim.create_optimizer(config, exp.learning_rate_fn)
+  shards = [shard_lib.ServerShard(j, p, tx, num_workers, bandwidth_gbps=0.0,
+                                  latency_ms=0.0) for j, p in enumerate(pieces)]
+  state = jax.device_get(state_lib.create_train_state(
+      exp.model, exp.tx, exp.config.data.image_size, exp.state_shardings,
+      exp.config.seed))
+  treedef = jax.tree.structure(state.params)
+  for s in shards:
+    s.load(state.params, state.batch_stats, state.opt_state, treedef)
+    for inbox in s.inbox:
+      for a in inbox.values():
+        a.fill(1e-3)
+  threads = min(num_shards, os.cpu_count() or 1)
+  from concurrent import futures  # pylint: disable=g-import-not-at-top
+  with futures.ThreadPoolExecutor(threads) as pool:
+    def once():
+      list(pool.map(lambda s: s.aggregate(), shards))
+      list(pool.map(lambda s: s.apply(1.0, True), shards))
+    return _median_s(once, repeats)
+
+
+def largest_shard_bytes(exp, num_shards: int) -> int:
+  variables = state_split.flat_variables(exp.abstract_state.params,
+                                         exp.abstract_state.batch_stats)
+  return max(partition.shard_bytes(
+      partition.partition(variables, num_shards, exp.config.ps.partitioner)))
+
+
+def capacity(exp) -> int | None:
+  return memory.device_capacity(exp.config.runtime.device_memory_gib)
+
+
+def gbps_to_bytes_per_s(gbps: float) -> float:
+  return gbps * 1e9 / 8 if gbps > 0 else math.inf

@@ -1,0 +1,191 @@
+"""--mode=study: the PS engine over a grid, against the planner's predictions.
+
+Each cell (model, N_w, N_ps, bandwidth, global batch) runs the synchronous
+PS engine for a few steps on synthetic data and records the median measured
+step time. The prediction for the cell uses only the planner's own
+measurements (T_C of the workers' program, S, the shards' update time, the
+host<->device copy speed) and the configured link; it never sees the
+engine's times, so the comparison can fail. Cells are appended to
+study.jsonl as they finish, so an interrupted study resumes where it stopped.
+"""
+
+import json
+import math
+import os
+import time
+
+from absl import logging
+import jax
+import numpy as np
+
+from cli.errors import UsageError
+from cli.validation import parse_list
+from trainer import device_input
+from trainer import engines
+from trainer import setup
+from trainer import state as state_lib
+from trainer.planner import formulas
+from trainer.planner import measure
+from trainer.planner import report
+
+RESULTS_FILE = 'study.jsonl'
+_WARMUP_STEPS = 2
+
+
+def grid(config) -> list[dict]:
+  """Every cell of the study, in the order they run."""
+  study = config.study  # values checked by cli/validation.py
+  models = [m.strip() for m in study.models.split(',') if m.strip()]
+  bandwidths = parse_list('study.bandwidths_gbps', study.bandwidths_gbps, float)
+  cells = []
+  for model in models:
+    for workers in parse_list('study.num_workers', study.num_workers):
+      for batch in parse_list('study.batch_sizes', study.batch_sizes):
+        for bandwidth in bandwidths:
+          for shards in parse_list('study.num_shards', study.num_shards):
+            cells.append({'model': model, 'num_workers': workers, 'batch_size': batch,
+                          'bandwidth_gbps': bandwidth, 'num_shards': shards})
+  return cells
+
+
+def check(config, num_devices: int) -> list[dict]:
+  """The grid, or UsageError for one that cannot run here."""
+  cells = grid(config)
+  from models import registry  # pylint: disable=g-import-not-at-top
+  for c in cells:
+    if c['model'] not in registry.MODEL_NAMES:
+      raise UsageError(f'study.models: {c["model"]!r} is not a model; use some of: '
+                       f'{", ".join(registry.MODEL_NAMES)}')
+    if c['num_workers'] > num_devices or c['num_workers'] < 1:
+      raise UsageError(f'study.num_workers: {c["num_workers"]} workers but '
+                       f'{num_devices} devices are present')
+    if c['batch_size'] % c['num_workers']:
+      raise UsageError(f'study.batch_sizes: {c["batch_size"]} does not divide '
+                       f'over {c["num_workers"]} workers')
+  return cells
+
+
+def cell_key(cell: dict) -> str:
+  return json.dumps(cell, sort_keys=True)
+
+
+def cell_config(config, cell: dict):
+  c = config.copy_and_resolve_references()
+  c.model.name = cell['model']
+  c.model.width = config.study.model_width
+  c.data.source = 'synthetic'
+  c.data.num_synthetic_classes = 10
+  c.data.num_synthetic_examples = cell['batch_size'] * 4
+  c.batch_size = cell['batch_size']
+  c.num_train_steps = 1000
+  c.engine = 'ps'
+  c.ps.mode = 'sync'
+  c.ps.max_staleness = -1
+  c.ps.overlap = False
+  c.ps.num_workers = cell['num_workers']
+  c.ps.num_shards = cell['num_shards']
+  c.ps.bandwidth_gbps = cell['bandwidth_gbps']
+  return c
+
+
+def measure_step_s(exp, steps: int) -> tuple[float, dict]:
+  """Median wall time of a PS step, and the mean time split."""
+  engine = engines.create_engine(exp)
+  try:
+    engine.start(state_lib.create_train_state(
+        exp.model, exp.tx, exp.config.data.image_size, exp.state_shardings,
+        exp.config.seed))
+    batches = exp.dataset.train_batches(0)
+    times, records = [], []
+    for i in range(_WARMUP_STEPS + steps):
+      batch = device_input.to_global(next(batches), engine.batch_sharding)
+      jax.block_until_ready(batch)
+      start = time.perf_counter()
+      engine.step(batch)
+      record = engine.collect_metrics()[-1]
+      if i >= _WARMUP_STEPS:
+        times.append(time.perf_counter() - start)
+        records.append(record)
+  finally:
+    engine.close()
+  split = {k: float(np.mean([r[k] for r in records]))
+           for k in ('compute_s', 'push_s', 'update_s', 'pull_s', 'wait_s')}
+  return float(np.median(times)), split
+
+
+class Predictor:
+  """The planner's prediction of a cell's step time, from its own measurements
+  (cached, so each is made once per study process)."""
+
+  def __init__(self, config):
+    self._config = config
+    self._cache = {}
+
+  def _once(self, key, fn):
+    if key not in self._cache:
+      self._cache[key] = fn()
+    return self._cache[key]
+
+  def predict(self, exp, cell: dict) -> dict:
+    n, n_ps, b = cell['num_workers'], cell['num_shards'], cell['batch_size']
+    model = cell['model']
+    repeats = self._config.plan.repeats
+    size = measure.model_bytes(exp)
+    compute = self._once(('tc', model, n, b), lambda: measure.compute_sweep(
+        exp, n, [b // n], repeats, None)[0].compute_s)
+    update = self._once(('update', model, n, n_ps),
+                        lambda: measure.update_s(exp, n, n_ps, repeats))
+    d2h, h2d = self._once(('copy', model),
+                          lambda: measure.host_device_bytes_per_s(size))
+    largest = self._once(('largest', model, n_ps),
+                         lambda: measure.largest_shard_bytes(exp, n_ps))
+    # Each worker copies its gradients off its device and its parameters back
+    # on; the workers share the host's cores for it.
+    host_copies = (size / d2h + size / h2d) * math.ceil(n / (os.cpu_count() or 1))
+    bandwidth = measure.gbps_to_bytes_per_s(cell['bandwidth_gbps'])
+    latency = exp.config.ps.latency_ms / 1e3
+    step = formulas.ps_step_s(compute, size, bandwidth, n, n_ps, latency_s=latency,
+                              update_s=update, largest_shard_bytes=largest) + host_copies
+    allreduce = formulas.spmd_step_s(compute, size, bandwidth, n, latency_s=latency)
+    return {'predicted_step_s': step, 'compute_s_planned': compute,
+            'model_bytes': size, 'update_s_planned': update,
+            'direction_s_planned': formulas.ps_direction_s(
+                size, bandwidth, n, n_ps, latency, largest),
+            'host_copies_s_planned': host_copies,
+            'allreduce_step_s_predicted': allreduce}
+
+
+def load_results(workdir: str) -> dict:
+  path = os.path.join(workdir, RESULTS_FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return {cell_key(r['cell']): r for r in rows}
+
+
+def run_study(config, workdir: str) -> dict:
+  """Runs the missing cells, then writes study.md and the plots."""
+  cells = check(config, jax.device_count())
+  os.makedirs(workdir, exist_ok=True)
+  done = load_results(workdir)
+  todo = [c for c in cells if cell_key(c) not in done]
+  logging.info('Study: %d cells, %d done before, %d to run', len(cells),
+               len(cells) - len(todo), len(todo))
+  predictor = Predictor(config)
+  with open(os.path.join(workdir, RESULTS_FILE), 'a') as out:
+    for i, cell in enumerate(todo):
+      exp = setup.build_experiment(cell_config(config, cell), workdir)
+      prediction = predictor.predict(exp, cell)
+      measured, split = measure_step_s(exp, config.study.steps)
+      row = {'cell': cell, 'measured_step_s': measured, **split, **prediction}
+      row['images_per_sec'] = cell['batch_size'] / measured
+      row['error'] = (prediction['predicted_step_s'] - measured) / measured
+      out.write(json.dumps(row) + '\n')
+      out.flush()
+      done[cell_key(cell)] = row
+      logging.info('Study cell %d/%d %s: measured %.3fs, predicted %.3fs (%+.1f%%)',
+                   len(cells) - len(todo) + i + 1, len(cells), cell, measured,
+                   prediction['predicted_step_s'], 100 * row['error'])
+  rows = [done[cell_key(c)] for c in cells]
+  return report.write_study(rows, workdir)
