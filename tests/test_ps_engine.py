@@ -155,8 +155,8 @@ def test_more_shards_than_variables_is_refused():
 # --- Links ------------------------------------------------------------------
 
 def _timed_pushes(pairs, nbytes, bandwidth_gbps, latency_ms=0.0):
-  workers = [link.Interface(f'w{i}', bandwidth_gbps, latency_ms) for i in range(2)]
-  shards = [link.Interface(f's{i}', bandwidth_gbps, latency_ms) for i in range(2)]
+  workers = [link.Interface(f'w{i}', bandwidth_gbps, latency_ms) for i in range(4)]
+  shards = [link.Interface(f's{i}', bandwidth_gbps, latency_ms) for i in range(4)]
   source = np.ones(nbytes // 4, np.float32)
   targets = [np.zeros_like(source) for _ in pairs]
   threads = [threading.Thread(target=link.transfer,
@@ -181,4 +181,9 @@ def test_a_push_takes_its_bytes_over_the_bandwidth_plus_latency():
   assert _timed_pushes([(0, 0), (1, 0)], nbytes, gbps) == pytest.approx(
       2 * expected, rel=0.15)
   assert _timed_pushes([(0, 0), (1, 1)], nbytes, gbps) == pytest.approx(
+      expected, rel=0.15)
+  # Four workers each sending a quarter to each of four shards: every
+  # interface carries X, so it takes X/B (no interface waits for another).
+  quarter = [(w, s) for w in range(4) for s in range(4)]
+  assert _timed_pushes(quarter, nbytes // 4, gbps) == pytest.approx(
       expected, rel=0.15)

@@ -81,6 +81,13 @@ def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
   return points
 
 
+def host_copy_bytes_per_s(num_bytes: int, repeats: int = 5) -> float:
+  """Speed of a copy in host memory (into a shard's or a worker's buffer)."""
+  source = np.ones(max(num_bytes // 4, 1), np.float32)
+  target = np.empty_like(source)
+  return num_bytes / _median_s(lambda: np.copyto(target, source), repeats)
+
+
 def host_device_bytes_per_s(num_bytes: int, repeats: int = 5) -> tuple[float, float]:
   """(device->host, host->device) copy speed for an array of `num_bytes`."""
   device = jax.devices()[-1]

@@ -3,11 +3,12 @@
 Every worker and every server shard has one `Interface` (a NIC) with a
 bandwidth per direction (full duplex) and a one-way latency. A transfer
 copies real bytes from the sender's buffers into the receiver's, in chunks;
-each chunk first reserves its time on both the sender's transmit side and
-the receiver's receive side, and the sending thread sleeps until that time
-has passed. Transfers that share an interface therefore share its bandwidth
-(N workers pushing to one shard each get 1/N of it), transfers on different
-interfaces run concurrently, and the PS bottlenecks of the literature emerge
+each chunk is queued on the sender's transmit side and on the receiver's
+receive side, each served at the bandwidth, and the sending thread sleeps
+until both have passed it. Transfers that share an interface therefore share its bandwidth
+(N workers pushing to one shard each get 1/N of it; a worker pushing to N
+shards gives each 1/N of its own), transfers on different interfaces run
+concurrently, and the PS bottlenecks of the literature emerge
 in the measured wall clock instead of being computed. Sleeping costs no CPU,
 so paced communication overlaps with compute as on a real cluster.
 """
@@ -64,16 +65,21 @@ _LOCK = threading.Lock()
 
 
 def _reserve(src: Interface, dst: Interface, nbytes: int, rate: float) -> float:
-  """Books `nbytes` on src.tx and dst.rx; returns when the chunk has passed."""
+  """Queues `nbytes` on src.tx and on dst.rx; returns when both have passed it.
+
+  Each direction serves its queue at `rate`, independently of the other end
+  (a switched network with buffers): a worker sending to four shards at
+  once shares its own bandwidth four ways, and a shard receiving from four
+  workers shares its own, without either waiting for the other to be idle.
+  """
   duration = nbytes / rate
   with _LOCK:
-    now = time.perf_counter()
-    start = max(now - _BURST_CHUNKS * _CHUNK_S, src.tx.next_free, dst.rx.next_free)
-    end = start + duration
-    src.tx.next_free = dst.rx.next_free = end
+    earliest = time.perf_counter() - _BURST_CHUNKS * _CHUNK_S
+    src.tx.next_free = max(earliest, src.tx.next_free) + duration
+    dst.rx.next_free = max(earliest, dst.rx.next_free) + duration
     src.tx.busy_s += duration
     dst.rx.busy_s += duration
-  return end
+    return max(src.tx.next_free, dst.rx.next_free)
 
 
 def _sleep_until(deadline: float) -> None:
