@@ -94,7 +94,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.study.model_width = 16  # model.width of every study model (0: published)
   config.study.num_workers = '2,4'  # N_w grid
   config.study.num_shards = '1,2,4'  # N_ps grid
-  config.study.bandwidths_gbps = '0.5,2'  # link grid, Gbit/s (> 0)
+  config.study.bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
   config.study.batch_sizes = '64,128'  # global batch grid
   config.study.steps = 3  # timed PS steps per cell (after 2 warm-up steps)
 

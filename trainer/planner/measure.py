@@ -81,22 +81,21 @@ def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
   return points
 
 
-def host_copy_bytes_per_s(num_bytes: int, repeats: int = 5) -> float:
-  """Speed of a copy in host memory (into a shard's or a worker's buffer)."""
-  source = np.ones(max(num_bytes // 4, 1), np.float32)
-  target = np.empty_like(source)
-  return num_bytes / _median_s(lambda: np.copyto(target, source), repeats)
-
-
-def host_device_bytes_per_s(num_bytes: int, repeats: int = 5) -> tuple[float, float]:
-  """(device->host, host->device) copy speed for an array of `num_bytes`."""
+def host_copies_s(exp, repeats: int = 5) -> float:
+  """One worker's host-side copies of a step, on the model's real variables
+  (so per-variable overheads count): gradients off the device and into the
+  shards' buffers, parameters into a buffer and back onto the device."""
   device = jax.devices()[-1]
-  host = np.ones(max(num_bytes // 4, 1), np.float32)
-  on_device = jax.device_put(host, device)
-  d2h = _median_s(lambda: np.array(jax.device_get(on_device)), repeats)
-  h2d = _median_s(lambda: jax.block_until_ready(
+  state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
+                                       exp.state_shardings, exp.config.seed)
+  tree = jax.device_put((state.params, state.batch_stats), device)
+  host = jax.device_get(tree)
+  buffers = jax.tree.map(np.empty_like, host)
+  off = _median_s(lambda: jax.device_get(tree), repeats)
+  on = _median_s(lambda: jax.block_until_ready(
       jax.device_put(host, device, may_alias=False)), repeats)
-  return num_bytes / d2h, num_bytes / h2d
+  copy = _median_s(lambda: jax.tree.map(np.copyto, buffers, host), repeats)
+  return off + on + 2 * copy
 
 
 def update_s(exp, num_workers: int, num_shards: int, repeats: int = 3) -> float:

@@ -50,7 +50,7 @@ def run_plan(config, workdir: str) -> dict:
   batch = formulas.choose_batch_size(throughput)
   chosen = next(p for p in points if p.per_worker_batch == batch)
   size = measure.model_bytes(exp)
-  d2h, h2d = measure.host_device_bytes_per_s(size)
+  host_copies = measure.host_copies_s(exp, plan.repeats)
   compute = plan.compute_s or chosen.compute_s
   update = measure.update_s(exp, min(local_workers, cluster_workers), 1, plan.repeats)
 
@@ -88,7 +88,7 @@ def run_plan(config, workdir: str) -> dict:
                       'workers': local_workers},
       'model_bytes': size,
       'compute_sweep': [vars(p) for p in points],
-      'host_device_bytes_per_s': {'device_to_host': d2h, 'host_to_device': h2d},
+      'host_copies_s': host_copies,
       'update_s': update,
       'cluster': {'num_workers': cluster_workers, 'bandwidth_gbps': plan.bandwidth_gbps,
                   'latency_ms': plan.latency_ms,

@@ -135,16 +135,13 @@ class Predictor:
         exp, n, [b // n], repeats, None)[0].compute_s)
     update = self._once(('update', model, n, n_ps),
                         lambda: measure.update_s(exp, n, n_ps, repeats))
-    d2h, h2d = self._once(('copy', model),
-                          lambda: measure.host_device_bytes_per_s(size))
-    memcpy = self._once(('memcpy', model), lambda: measure.host_copy_bytes_per_s(size))
+    copies = self._once(('copies', model), lambda: measure.host_copies_s(exp, repeats))
     largest = self._once(('largest', model, n_ps),
                          lambda: measure.largest_shard_bytes(exp, n_ps))
     # Each worker copies its gradients off its device and into the shards'
     # buffers, and its parameters into a buffer and back on its device; the
     # workers share the host's cores for it.
-    host_copies = (size / d2h + size / h2d + 2 * size / memcpy) * math.ceil(
-        n / (os.cpu_count() or 1))
+    host_copies = copies * math.ceil(n / (os.cpu_count() or 1))
     bandwidth = measure.gbps_to_bytes_per_s(cell['bandwidth_gbps'])
     latency = exp.config.ps.latency_ms / 1e3
     step = formulas.ps_step_s(compute, size, bandwidth, n, n_ps, latency_s=latency,
