@@ -114,7 +114,8 @@ def _check_ps(config: ml_collections.ConfigDict) -> None:
                      'ps.mode=async only; remove it or set ps.mode=async')
   if ps.max_staleness < -1:
     raise UsageError(f'ps.max_staleness={ps.max_staleness} must be >= 0 '
-                     '(steps a worker may run ahead of the slowest)')
+                     '(steps a worker may run ahead of the slowest), or -1 '
+                     'for the default of 1')
   for key in ('bandwidth_gbps', 'latency_ms'):
     if not math.isfinite(ps[key]) or ps[key] < 0:
       raise UsageError(f'ps.{key}={ps[key]!r} must be a finite number > 0, '

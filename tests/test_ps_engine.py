@@ -68,14 +68,20 @@ def _max_difference(a, b) -> float:
               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))], default=0.0)
 
 
-@pytest.mark.parametrize('model,overlap', [('vit_ti16', False), ('resnet18', True)])
-def test_synchronous_ps_gives_the_parameters_of_spmd(model, overlap):
+@pytest.mark.parametrize('model,overlap,clip', [('vit_ti16', False, 0.5),
+                                                ('resnet18', True, 0.0)])
+def test_synchronous_ps_gives_the_parameters_of_spmd(model, overlap, clip):
   # 2 workers of 8 examples; SPMD (8 devices) normalises batch norm over the
   # same groups of 8 that the workers see. With overlap, each gradient is
-  # sent from inside backprop; the update must not change.
-  spmd_metrics, spmd = _train(_config('spmd', model, **{'model.bn_group_size': 8}))
+  # sent from inside backprop; the update must not change. Clipping uses the
+  # global norm of the mean gradient, which the shards compute together.
+  spmd_metrics, spmd = _train(_config('spmd', model, **{
+      'model.bn_group_size': 8, 'grad_clip_norm': clip}))
   ps_metrics, ps = _train(_config('ps', model, **{
-      'ps.num_workers': 2, 'ps.num_shards': 3, 'ps.overlap': overlap}))
+      'ps.num_workers': 2, 'ps.num_shards': 3, 'ps.overlap': overlap,
+      'grad_clip_norm': clip}))
+  if clip:
+    assert max(m['grad_norm'] for m in spmd_metrics) > clip  # clipping acts
 
   assert int(ps.step) == NUM_STEPS
   np.testing.assert_allclose([m['loss'] for m in ps_metrics],

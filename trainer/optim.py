@@ -38,10 +38,15 @@ def decay_mask(params):
   return jax.tree.map(lambda p: p.ndim > 1, params)
 
 
-def create_optimizer(config: ml_collections.ConfigDict, learning_rate_fn):
+def create_optimizer(config: ml_collections.ConfigDict, learning_rate_fn,
+                     clip: bool = True):
+  """The optax chain; clip=False keeps clipping's place with an identity
+  (same state structure) for callers that clip by a norm they compute
+  themselves (the parameter-server shards)."""
   parts = []
   if config.grad_clip_norm > 0:
-    parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
+    parts.append(optax.clip_by_global_norm(config.grad_clip_norm) if clip
+                 else optax.identity())
   if config.optimizer == 'sgd':
     # L2 regularisation added to the gradient, as in the ResNet recipes.
     if config.weight_decay > 0:

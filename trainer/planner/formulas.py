@@ -53,10 +53,6 @@ def spmd_step_s(compute_s: float, model_bytes: float, bandwidth: float,
   return max(compute_s, comm) if overlap else compute_s + comm
 
 
-def images_per_sec(global_batch: int, step_s: float) -> float:
-  return global_batch / step_s
-
-
 def min_ps_shards(model_bytes: float, bandwidth: float, num_workers: int,
                   compute_s: float) -> int:
   """Lemma: shards needed so one direction's traffic takes no longer than

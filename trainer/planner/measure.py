@@ -103,10 +103,8 @@ def update_s(exp, num_workers: int, num_shards: int, repeats: int = 3) -> float:
   variables = state_split.flat_variables(exp.abstract_state.params,
                                          exp.abstract_state.batch_stats)
   pieces = partition.partition(variables, num_shards, exp.config.ps.partitioner)
-  config = exp.config.copy_and_resolve_references()
-  config.grad_clip_norm = 0.0
   from trainer import optim  # pylint: disable=g-import-not-at-top
-  tx = optim.create_optimizer(config, exp.learning_rate_fn)
+  tx = optim.create_optimizer(exp.config, exp.learning_rate_fn, clip=False)
   shards = [shard_lib.ServerShard(j, p, tx, num_workers, bandwidth_gbps=0.0,
                                   latency_ms=0.0) for j, p in enumerate(pieces)]
   state = jax.device_get(state_lib.create_train_state(

@@ -7,6 +7,10 @@ in `plan.*` (workers, link bandwidth and latency, and a stated T_C if
 given): the mini-batch, the number of PS shards, the most workers that
 still scale, and step times for SPMD ring all-reduce and for PS, each with
 and without overlap. Writes plan.json and PNG plots; prints a table.
+
+The cluster's predictions leave out this host's copies between emulated
+devices and host memory (measured and reported as host_copies_s; the study
+adds them, since it predicts the emulation on this host).
 """
 
 import json
@@ -17,6 +21,7 @@ from absl import logging
 import jax
 
 from cli.errors import UsageError
+from cli import validation
 from cli.validation import parse_list
 from trainer import setup
 from trainer.planner import formulas
@@ -32,7 +37,10 @@ def _powers_of_two_to(limit: int) -> list[int]:
 def run_plan(config, workdir: str) -> dict:
   plan = config.plan  # values checked by cli/validation.py
   batches = parse_list('plan.batch_sizes', plan.batch_sizes)
-  local_workers = config.ps.num_workers or jax.device_count()
+  local_workers = validation.num_ps_workers(config, jax.device_count())
+  if local_workers > jax.device_count():
+    raise UsageError(f'ps.num_workers={local_workers}: the sweep runs that many '
+                     f'workers here, but {jax.device_count()} devices are present')
   cluster_workers = plan.num_workers or local_workers
   # Speed is measured on synthetic data: no input pipeline in the way.
   config = config.copy_and_resolve_references()

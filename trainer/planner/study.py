@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from cli.errors import UsageError
+from cli import validation
 from cli.validation import parse_list
 from trainer import device_input
 from trainer import engines
@@ -51,17 +52,15 @@ def grid(config) -> list[dict]:
 def check(config, num_devices: int) -> list[dict]:
   """The grid, or UsageError for one that cannot run here."""
   cells = grid(config)
-  from models import registry  # pylint: disable=g-import-not-at-top
   for c in cells:
-    if c['model'] not in registry.MODEL_NAMES:
-      raise UsageError(f'study.models: {c["model"]!r} is not a model; use some of: '
-                       f'{", ".join(registry.MODEL_NAMES)}')
-    if c['num_workers'] > num_devices or c['num_workers'] < 1:
-      raise UsageError(f'study.num_workers: {c["num_workers"]} workers but '
-                       f'{num_devices} devices are present')
-    if c['batch_size'] % c['num_workers']:
-      raise UsageError(f'study.batch_sizes: {c["batch_size"]} does not divide '
-                       f'over {c["num_workers"]} workers')
+    # Every cell is a config of its own: the trainer's checks, with the cell
+    # named, before any cell runs.
+    try:
+      one = cell_config(config, c)
+      validation.check_config(one)
+      validation.check_against_devices(one, num_devices=num_devices, num_processes=1)
+    except UsageError as e:
+      raise UsageError(f'study cell {c}: {e}') from e
   return cells
 
 

@@ -4,11 +4,13 @@ Each worker runs its own loop in its own thread with its own single-device
 executable: pull the parameters that are on the shards now, compute the
 gradients of its slice of step t, push them; each shard applies a gradient
 as soon as it has arrived (Downpour SGD, TensorFlow's asynchronous PS). A
-worker starts step t only when the slowest worker has finished step
-t - max_staleness, so the parameters it reads contain every gradient of
-every step before that. The staleness of a gradient, recorded for each one,
-is t minus the number of steps all workers had finished when it read the
-parameters: 0 means it saw every earlier step.
+worker starts step t only when every worker has finished t - max_staleness
+steps (steps 0 .. t - max_staleness - 1), so the parameters it reads contain
+every gradient of those steps. The staleness recorded for each gradient is t
+minus the number of steps all workers had finished just before its pull: 0
+means it saw every earlier step (an upper bound: a step may finish during
+the pull). With nonfinite=skip a dropped gradient is not an optax update,
+so the learning-rate schedule runs that fraction of a step late.
 
 Global step t is worker i's slice i of the loop's global batch t, so the two
 modes see the same data in the same order.
@@ -34,7 +36,7 @@ class AsyncRunner:
     self._engine = engine
     self._exp = exp
     self._programs = workers.compile_async_programs(
-        exp, engine._devices, per_worker_batch)  # pylint: disable=protected-access
+        exp, engine.devices, per_worker_batch)
     staleness = exp.config.ps.max_staleness
     self.max_staleness = staleness if staleness >= 0 else 1
     self._skip_nonfinite = exp.config.nonfinite == 'skip'
@@ -61,7 +63,7 @@ class AsyncRunner:
 
   def submit(self, step: int, batch) -> None:
     """Hands each worker its slice of global step `step`."""
-    devices = self._engine._devices  # pylint: disable=protected-access
+    devices = self._engine.devices
     slices = [{k: workers.local_shard(v, d) for k, v in batch.items()} for d in devices]
     # The loop may run ahead of the slowest worker by as much as a worker
     # may, plus one step in hand; beyond that, wait (bounded memory).
@@ -131,7 +133,7 @@ class AsyncRunner:
 
   def _one_step(self, i: int, step: int, batch: dict, staging: dict) -> None:
     engine = self._engine
-    device = engine._devices[i]  # pylint: disable=protected-access
+    device = engine.devices[i]
     start = time.perf_counter()
     self._wait(lambda: min(self._clocks) >= step - self.max_staleness)
     with self._cond:
@@ -147,7 +149,7 @@ class AsyncRunner:
 
     push_start = time.perf_counter()
     grads, new_stats, metrics = jax.device_get(out)
-    flat = dict(zip(engine._variables, jax.tree.leaves((grads, new_stats))))  # pylint: disable=protected-access
+    flat = dict(zip(engine.variables, jax.tree.leaves((grads, new_stats))))
     for path in flat:
       if path.startswith('batch_stats/'):
         flat[path] = flat[path] - staging[path]  # this worker's change
@@ -155,8 +157,8 @@ class AsyncRunner:
     finite = bool(np.isfinite(metrics['loss']) and np.isfinite(grad_norm))
     update_s = 0.0
     if finite or not self._skip_nonfinite:
-      scale = engine.clip_scale(grad_norm) / engine.num_workers
-      update_s = max(engine._transfers.map(  # pylint: disable=protected-access
+      scale = engine.clip_scale(grad_norm)
+      update_s = max(engine.transfers.map(
           lambda s: self._push_and_apply(i, s, flat, scale), engine.shards))
     done = time.perf_counter()
     with self._cond:

@@ -24,6 +24,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from cli import validation
 from cli.errors import UsageError
 from trainer import optim
 from trainer.engines.ps import link
@@ -56,32 +57,41 @@ class ParameterServerEngine:
     self._exp = exp
     self._async = ps.mode == 'async'
     devices = jax.devices()
-    self.num_workers = n = ps.num_workers or len(devices)
+    self.num_workers = n = validation.num_ps_workers(config, len(devices))
+    self._overlap = ps.overlap
+    if self._overlap and devices[0].platform == 'cpu' and n == len(devices):
+      # XLA hands a gradient to the host by placing it on the first CPU
+      # device, which waits behind that device's own running step.
+      raise UsageError(
+          'ps.overlap on CPU devices needs one device that is not a worker, '
+          'where gradients reach the host during backprop: set '
+          'ps.num_workers below the device count (emulate more devices with '
+          'XLA_FLAGS=--xla_force_host_platform_device_count=N if needed)')
     # The last N_w devices: on a CPU-only machine the first one is also the
     # host's, where shards compute and host callbacks land (ps.overlap).
-    self._devices = devices[len(devices) - n:]
-    self._mesh = workers.worker_mesh(self._devices)
+    self.devices = devices[len(devices) - n:]
+    self._mesh = workers.worker_mesh(self.devices)
     P = jax.sharding.PartitionSpec
     self.batch_sharding = jax.sharding.NamedSharding(self._mesh, P(workers.AXIS))
     self._replicated = jax.sharding.NamedSharding(self._mesh, P())
 
     abstract = exp.abstract_state
     check_batch_stats(config.model.name, abstract.batch_stats)
-    self._variables = state_split.flat_variables(abstract.params, abstract.batch_stats)
+    self.variables = state_split.flat_variables(abstract.params, abstract.batch_stats)
     self._params_treedef = jax.tree.structure(abstract.params)
-    self.shard_pieces = partition.partition(self._variables, ps.num_shards,
+    self.shard_pieces = partition.partition(self.variables, ps.num_shards,
                                             ps.partitioner)
     # Shards clip with the global norm themselves (sync: of the mean
     # gradient, as SPMD does; async: of each worker's gradient), so their
-    # optax chain leaves clipping out.
-    shard_config = config.copy_and_resolve_references()
-    shard_config.grad_clip_norm = 0.0
+    # optax chain holds an identity where clipping was.
     lr_fn = exp.learning_rate_fn
     if self._async:
-      # Each of the N_w gradients of a round advances optax's step count, so
-      # the schedule reads the count in rounds (global steps).
-      lr_fn = lambda count: exp.learning_rate_fn(count // n)  # pylint: disable=unnecessary-lambda-assignment
-    tx = optim.create_optimizer(shard_config, lr_fn)
+      # Each of the N_w gradients of a round is one optax update and
+      # advances its step count: the schedule reads the count in rounds
+      # (global steps), and each update moves 1/N_w of a step's rate, so
+      # momentum, weight decay and Adam alike add up to one step per round.
+      lr_fn = lambda count: exp.learning_rate_fn(count // n) / n  # pylint: disable=unnecessary-lambda-assignment
+    tx = optim.create_optimizer(config, lr_fn, clip=False)
     self.shards = [
         shard_lib.ServerShard(j, pieces, tx, n, bandwidth_gbps=ps.bandwidth_gbps,
                               latency_ms=ps.latency_ms)
@@ -90,7 +100,7 @@ class ParameterServerEngine:
                         for i in range(n)]
     self._clip = config.grad_clip_norm
     self._skip_nonfinite = config.nonfinite == 'skip'
-    self._transfers = concurrent.futures.ThreadPoolExecutor(
+    self.transfers = concurrent.futures.ThreadPoolExecutor(
         n * len(self.shards), thread_name_prefix='ps-link')
     self._tasks = concurrent.futures.ThreadPoolExecutor(
         max(n, len(self.shards)), thread_name_prefix='ps-task')
@@ -98,15 +108,7 @@ class ParameterServerEngine:
     # ps.overlap: each parameter's gradient is sent the moment backprop has
     # made it, one message per variable on a per-(worker, shard) connection
     # that keeps the messages in order.
-    self._overlap = ps.overlap
-    if self._overlap and devices[0].platform == 'cpu' and n == len(devices):
-      # XLA hands a gradient to the host by placing it on the first CPU
-      # device, which waits behind that device's own running step.
-      raise UsageError(
-          f'ps.overlap on CPU devices needs one device that is not a worker, '
-          f'where gradients reach the host during backprop: set '
-          f'ps.num_workers to at most {n - 1}')
-    self._param_paths = [p for p in self._variables if p.startswith(PARAMS + '/')]
+    self._param_paths = [p for p in self.variables if p.startswith(PARAMS + '/')]
     self._owners = {path: [] for path in self._param_paths}
     for j, pieces in enumerate(self.shard_pieces):
       for p in pieces:
@@ -145,9 +147,9 @@ class ParameterServerEngine:
       return
     # The workers' first copies; later ones are pulled over the links.
     self._worker_params = self._replicate(
-        [jax.device_put(host.params, d) for d in self._devices])
+        [jax.device_put(host.params, d) for d in self.devices])
     self._worker_stats = self._replicate(
-        [jax.device_put(host.batch_stats, d) for d in self._devices])
+        [jax.device_put(host.batch_stats, d) for d in self.devices])
 
   def step(self, batch) -> None:
     if self._async:
@@ -181,7 +183,7 @@ class ParameterServerEngine:
   def close(self) -> None:
     if self._async:
       self._runner.stop()
-    for pool in [self._transfers, self._tasks, *sum(self._connections, [])]:
+    for pool in [self.transfers, self._tasks, *sum(self._connections, [])]:
       pool.shutdown(wait=True, cancel_futures=True)
 
   # --- Moving bytes -----------------------------------------------------------
@@ -195,24 +197,24 @@ class ParameterServerEngine:
                 if p.path in flat]
       if not copies:
         continue
-      futures.append(self._transfers.submit(
+      futures.append(self.transfers.submit(
           link.transfer, self.worker_nics[worker], s.nic, copies))
     for f in futures:
       f.result()
 
-  def pull(self, worker: int, staging: dict, shard_variables=None) -> None:
+  def pull(self, worker: int, staging: dict) -> None:
     """Every shard's pieces into this worker's `staging` ({path: array})."""
     futures = []
-    for j, s in enumerate(self.shards):
-      values = s.variables() if shard_variables is None else shard_variables[j]
+    for s in self.shards:
+      values = s.variables()
       copies = [(p.of(staging[p.path]), values[p.key]) for p in s.pieces]
-      futures.append(self._transfers.submit(
+      futures.append(self.transfers.submit(
           link.transfer, s.nic, self.worker_nics[worker], copies))
     for f in futures:
       f.result()
 
   def new_staging(self) -> dict:
-    return {path: np.empty(v.shape, v.dtype) for path, v in self._variables.items()}
+    return {path: np.empty(v.shape, v.dtype) for path, v in self.variables.items()}
 
   def unflatten(self, staging: dict):
     """(params, batch_stats) trees from {path: array}."""
@@ -258,7 +260,7 @@ class ParameterServerEngine:
         self._worker_params, self._worker_stats, batch,
         jax.device_put(np.int32(step), self._replicated))
     leaves = jax.tree.leaves((grads, stats))
-    per_worker = [[workers.local_shard(x, d) for x in leaves] for d in self._devices]
+    per_worker = [[workers.local_shard(x, d) for x in leaves] for d in self.devices]
     pushed = list(self._tasks.map(
         lambda i: self._compute_and_push(i, per_worker[i], start),
         range(self.num_workers)))
@@ -300,7 +302,7 @@ class ParameterServerEngine:
     (with overlap: the statistics, and waits for the gradients in flight)."""
     jax.block_until_ready(local)
     computed = time.perf_counter()
-    paths = list(self._variables)
+    paths = list(self.variables)
     if self._overlap:
       local, paths = local[len(self._param_paths):], paths[len(self._param_paths):]
     host = jax.device_get(local)
@@ -327,7 +329,7 @@ class ParameterServerEngine:
     start = time.perf_counter()
     staging = self.new_staging()
     self.pull(i, staging)
-    params, stats = jax.device_put(self.unflatten(staging), self._devices[i],
+    params, stats = jax.device_put(self.unflatten(staging), self.devices[i],
                                    may_alias=False)
     jax.block_until_ready((params, stats))
     return params, stats, time.perf_counter() - start

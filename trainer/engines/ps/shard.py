@@ -26,7 +26,7 @@ class ServerShard:
   `aggregate` averages them (in worker order, so runs are reproducible) and
   `apply` makes one optax update: the update of SPMD data parallelism.
   Asynchronous mode: `apply_one` applies each worker's gradient on arrival,
-  scaled by 1/N_w, under the shard's lock.
+  under the shard's lock, with 1/N_w of the learning rate.
   """
 
   def __init__(self, index: int, pieces, tx, num_workers: int, *,
@@ -108,8 +108,8 @@ class ServerShard:
   def apply_one(self, inbox: dict, scale: float) -> None:
     """Async: applies one worker's gradient (in `inbox`) on arrival.
 
-    The gradient is scaled by `scale` (clipping times 1/N_w, so that N_w
-    arrivals move the parameters as far as one synchronous step), and the
+    The gradient is scaled by `scale` (clipping by its own norm); the
+    shard's schedule gives each arrival 1/N_w of a step's learning rate. The
     worker's change of the running statistics is added divided by N_w.
     """
     grads = {p.key: inbox[p.key] for p in self.param_pieces}
