@@ -80,10 +80,8 @@ def _measure(config, steps: int, warmup: int) -> dict:
 def child(args) -> None:
   """Runs in a process whose device count is the worker count."""
   import jax  # pylint: disable=g-import-not-at-top
-  # The workers' program depends on the model and N_w only: compile it once
-  # for all shard counts and links (the cache is keyed by the program).
-  jax.config.update('jax_compilation_cache_dir', args.cache_dir)
-  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+  from trainer.planner import measure  # pylint: disable=g-import-not-at-top
+  measure.reuse_compilations(args.cache_dir)
   num_workers = jax.device_count()
   cells = [('spmd', 0, 0.0)] + [('ps', n, bw) for bw in args.bandwidths
                                  for n in args.shards]

@@ -31,6 +31,17 @@ class ComputePoint:
   peak_bytes: int  # per device, from XLA's memory analysis
 
 
+def reuse_compilations(directory: str) -> None:
+  """Keeps compiled programs in `directory` for the rest of the process.
+
+  A grid recompiles the same workers' program for every shard count and
+  link (it depends on the model, N_w and the batch only); with the cache
+  each is compiled once.
+  """
+  jax.config.update('jax_compilation_cache_dir', directory)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+
+
 def model_bytes(exp) -> int:
   """S: the bytes a worker pushes and pulls per step (parameters' gradients
   and batch statistics)."""

@@ -12,6 +12,7 @@ study.jsonl as they finish, so an interrupted study resumes where it stopped.
 import json
 import math
 import os
+import tempfile
 import time
 
 from absl import logging
@@ -172,6 +173,7 @@ def run_study(config, workdir: str) -> dict:
   logging.info('Study: %d cells, %d done before, %d to run', len(cells),
                len(cells) - len(todo), len(todo))
   predictor = Predictor(config)
+  measure.reuse_compilations(tempfile.mkdtemp(prefix='study_xla_cache_'))
   with open(os.path.join(workdir, RESULTS_FILE), 'a') as out:
     for i, cell in enumerate(todo):
       exp = setup.build_experiment(cell_config(config, cell), workdir)
