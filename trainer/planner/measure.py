@@ -20,6 +20,7 @@ from trainer import state as state_lib
 from trainer.engines.ps import partition
 from trainer.engines.ps import shard as shard_lib
 from trainer.engines.ps import state_split
+from trainer.engines.ps import wire
 from trainer.engines.ps import workers
 
 
@@ -59,11 +60,17 @@ def _median_s(fn, repeats: int) -> float:
   return float(np.median(times))
 
 
-def _initial_params(exp, mesh):
-  state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
-                                       exp.state_shardings, exp.config.seed)
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  return jax.device_put((state.params, state.batch_stats), replicated)
+def _layout(exp) -> wire.Layout:
+  return wire.Layout(state_split.flat_variables(exp.abstract_state.params,
+                                                exp.abstract_state.batch_stats))
+
+
+def _initial_vector(exp, layout) -> np.ndarray:
+  """The model's initial variables as a worker receives them (wire.py)."""
+  state = jax.device_get(state_lib.create_train_state(
+      exp.model, exp.tx, exp.config.data.image_size, exp.state_shardings,
+      exp.config.seed))
+  return layout.pack_host(state.params, state.batch_stats)
 
 
 def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
@@ -71,12 +78,14 @@ def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
   """T_C(b) for each per-worker batch b that fits, in increasing order."""
   devices = jax.devices()[len(jax.devices()) - num_workers:]
   mesh = workers.worker_mesh(devices)
-  params, stats = _initial_params(exp, mesh)
+  layout = _layout(exp)
+  vector = jax.device_put(_initial_vector(exp, layout), jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec()))
   size = exp.config.data.image_size
   batch_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(workers.AXIS))
   points = []
   for b in sorted(per_worker_batches):
-    program = workers.compile_sync_program(exp, mesh, batch_size=b * num_workers)
+    program = workers.compile_sync_program(exp, mesh, layout, batch_size=b * num_workers)
     peak = memory.report(program, exp.abstract_state).peak
     if capacity_bytes is not None and peak > capacity_bytes:
       break  # larger batches need more memory still
@@ -86,27 +95,33 @@ def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
         'label': rng.integers(0, 2, (b * num_workers,), np.int32)}, batch_sharding)
     step = jax.device_put(np.int32(0), jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec()))
-    t = _median_s(lambda: jax.block_until_ready(program(params, stats, batch, step)),
+    t = _median_s(lambda: jax.block_until_ready(program(vector, batch, step)),
                   repeats)
     points.append(ComputePoint(b, t, num_workers * b / t, peak))
   return points
 
 
 def host_copies_s(exp, repeats: int = 5) -> float:
-  """One worker's host-side copies of a step, on the model's real variables
-  (so per-variable overheads count): gradients off the device and into the
-  shards' buffers, parameters into a buffer and back onto the device."""
+  """One worker's host-side copies of a step, as the engine makes them: its
+  wire vector off the device, each variable into the shards' buffers (so
+  per-variable overheads count), each back into a vector, the vector onto
+  the device."""
   device = jax.devices()[-1]
-  state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
-                                       exp.state_shardings, exp.config.seed)
-  tree = jax.device_put((state.params, state.batch_stats), device)
-  host = jax.device_get(tree)
-  buffers = jax.tree.map(np.empty_like, host)
-  off = _median_s(lambda: jax.device_get(tree), repeats)
+  layout = _layout(exp)
+  host = _initial_vector(exp, layout)
+  on_device = jax.device_put(host, device)
+  staging, buffers = layout.empty(), {p: np.empty_like(v) for p, v in
+                                      layout.views(host).items()}
+  off = _median_s(lambda: np.asarray(jax.device_get(on_device)), repeats)
   on = _median_s(lambda: jax.block_until_ready(
-      jax.device_put(host, device, may_alias=False)), repeats)
-  copy = _median_s(lambda: jax.tree.map(np.copyto, buffers, host), repeats)
-  return off + on + 2 * copy
+      jax.device_put(staging, device, may_alias=False)), repeats)
+  def copy_out():
+    for path, view in layout.views(host).items():
+      np.copyto(buffers[path], view)
+  def copy_in():
+    for path, view in layout.views(staging).items():
+      np.copyto(view, buffers[path])
+  return off + on + _median_s(copy_out, repeats) + _median_s(copy_in, repeats)
 
 
 def update_s(exp, num_workers: int, num_shards: int, repeats: int = 3) -> float:
@@ -124,9 +139,7 @@ def update_s(exp, num_workers: int, num_shards: int, repeats: int = 3) -> float:
   treedef = jax.tree.structure(state.params)
   for s in shards:
     s.load(state.params, state.batch_stats, state.opt_state, treedef)
-    for inbox in s.inbox:
-      for a in inbox.values():
-        a.fill(1e-3)
+    s.received.fill(1e-3)
   threads = min(num_shards, os.cpu_count() or 1)
   from concurrent import futures  # pylint: disable=g-import-not-at-top
   with futures.ThreadPoolExecutor(threads) as pool:

@@ -36,7 +36,7 @@ class AsyncRunner:
     self._engine = engine
     self._exp = exp
     self._programs = workers.compile_async_programs(
-        exp, engine.devices, per_worker_batch)
+        exp, engine.devices, engine.layout, per_worker_batch)
     staleness = exp.config.ps.max_staleness
     self.max_staleness = staleness if staleness >= 0 else 1
     self._skip_nonfinite = exp.config.nonfinite == 'skip'
@@ -120,7 +120,7 @@ class AsyncRunner:
 
   def _run(self, i: int) -> None:
     try:
-      staging = self._engine.new_staging()
+      staging = self._engine.layout.empty()
       while True:
         item = self._queues[i].get()
         if item is None:
@@ -139,20 +139,19 @@ class AsyncRunner:
     with self._cond:
       staleness = step - min(self._clocks)
     pull_start = time.perf_counter()
-    engine.pull(i, staging)
-    params, stats = jax.device_put(engine.unflatten(staging), device, may_alias=False)
-    jax.block_until_ready((params, stats))
+    vector = engine.pull_to_device(i, staging)
 
     compute_start = time.perf_counter()
-    out = self._programs[i](params, stats, batch, jax.device_put(np.int32(step), device))
+    out = self._programs[i](vector, batch, jax.device_put(np.int32(step), device))
     jax.block_until_ready(out)
 
     push_start = time.perf_counter()
-    grads, new_stats, metrics = jax.device_get(out)
-    flat = dict(zip(engine.variables, jax.tree.leaves((grads, new_stats))))
+    pushed, metrics = jax.device_get(out)
+    flat = engine.layout.views(pushed)
+    pulled = engine.layout.views(staging)
     for path in flat:
       if path.startswith('batch_stats/'):
-        flat[path] = flat[path] - staging[path]  # this worker's change
+        flat[path] = flat[path] - pulled[path]  # this worker's change
     grad_norm = float(np.sqrt(metrics['grad_sumsq']))
     finite = bool(np.isfinite(metrics['loss']) and np.isfinite(grad_norm))
     update_s = 0.0
@@ -178,6 +177,6 @@ class AsyncRunner:
     link.transfer(engine.worker_nics[i], shard.nic,
                   [(inbox[p.key], p.of(flat[p.path])) for p in shard.pieces])
     start = time.perf_counter()
-    shard.apply_one(inbox, scale)
+    shard.apply_one(i, scale)
     return time.perf_counter() - start
 

@@ -31,6 +31,7 @@ from trainer.engines.ps import link
 from trainer.engines.ps import partition
 from trainer.engines.ps import shard as shard_lib
 from trainer.engines.ps import state_split
+from trainer.engines.ps import wire
 from trainer.engines.ps import workers
 from trainer.engines.ps.state_split import PARAMS, STATS
 from trainer.state import TrainState
@@ -79,6 +80,7 @@ class ParameterServerEngine:
     check_batch_stats(config.model.name, abstract.batch_stats)
     self.variables = state_split.flat_variables(abstract.params, abstract.batch_stats)
     self._params_treedef = jax.tree.structure(abstract.params)
+    self.layout = wire.Layout(self.variables)
     self.shard_pieces = partition.partition(self.variables, ps.num_shards,
                                             ps.partitioner)
     # Shards clip with the global norm themselves (sync: of the mean
@@ -124,14 +126,14 @@ class ParameterServerEngine:
       self._runner = async_workers.AsyncRunner(self, exp, config.batch_size // n)
     else:
       self._program = workers.compile_sync_program(
-          exp, self._mesh, self._send_gradient if self._overlap else None)
+          exp, self._mesh, self.layout, self._send_gradient if self._overlap else None)
     logging.info('Compiled the PS workers\' gradient program%s in %.1fs; %d '
                  'workers, %d shards (%s MB each)', 's' if self._async else '',
                  time.perf_counter() - start, n, len(self.shards),
                  ', '.join(f'{b / 1e6:.1f}' for b in partition.shard_bytes(self.shard_pieces)))
     self._step = 0
     self._records = []
-    self._worker_params = self._worker_stats = None
+    self._worker_vectors = None  # each worker's variables, on its device
 
   # --- Engine interface -------------------------------------------------------
   def start(self, state: TrainState) -> None:
@@ -146,10 +148,9 @@ class ParameterServerEngine:
       self._runner.start(self._step)  # workers pull at every step
       return
     # The workers' first copies; later ones are pulled over the links.
-    self._worker_params = self._replicate(
-        [jax.device_put(host.params, d) for d in self.devices])
-    self._worker_stats = self._replicate(
-        [jax.device_put(host.batch_stats, d) for d in self.devices])
+    vector = self.layout.pack_host(host.params, host.batch_stats)
+    self._worker_vectors = self._replicate(
+        [jax.device_put(vector, d) for d in self.devices])
 
   def step(self, batch) -> None:
     if self._async:
@@ -213,19 +214,12 @@ class ParameterServerEngine:
     for f in futures:
       f.result()
 
-  def new_staging(self) -> dict:
-    return {path: np.empty(v.shape, v.dtype) for path, v in self.variables.items()}
-
-  def unflatten(self, staging: dict):
-    """(params, batch_stats) trees from {path: array}."""
-    abstract = self._exp.abstract_state
-    trees = []
-    for prefix, template in ((PARAMS, abstract.params), (STATS, abstract.batch_stats)):
-      paths = [f'{prefix}/{state_split.path_str(p)}'
-               for p, _ in jax.tree_util.tree_flatten_with_path(template)[0]]
-      trees.append(jax.tree.unflatten(jax.tree.structure(template),
-                                      [staging[p] for p in paths]))
-    return tuple(trees)
+  def pull_to_device(self, i: int, staging: np.ndarray) -> jax.Array:
+    """Pulls every shard's pieces into `staging` (a wire vector) and puts it
+    on worker i's device."""
+    self.pull(i, self.layout.views(staging))
+    return jax.block_until_ready(
+        jax.device_put(staging, self.devices[i], may_alias=False))
 
   def shard_counters(self, step_s: float) -> dict:
     """Bytes pushed to and pulled from each shard, and its busy fraction."""
@@ -247,20 +241,17 @@ class ParameterServerEngine:
     return 1.0
 
   # --- The synchronous step ---------------------------------------------------
-  def _replicate(self, per_device_trees):
-    """One array per leaf with each worker's own copy on its device."""
-    return jax.tree.map(
-        lambda *leaves: jax.make_array_from_single_device_arrays(
-            leaves[0].shape, self._replicated, list(leaves)), *per_device_trees)
+  def _replicate(self, per_device_vectors):
+    """One array with each worker's own vector on its device."""
+    return jax.make_array_from_single_device_arrays(
+        per_device_vectors[0].shape, self._replicated, list(per_device_vectors))
 
   def _sync_step(self, batch) -> dict:
     start = time.perf_counter()
     step = self._step
-    grads, stats, metrics = self._program(
-        self._worker_params, self._worker_stats, batch,
-        jax.device_put(np.int32(step), self._replicated))
-    leaves = jax.tree.leaves((grads, stats))
-    per_worker = [[workers.local_shard(x, d) for x in leaves] for d in self.devices]
+    vectors, metrics = self._program(
+        self._worker_vectors, batch, jax.device_put(np.int32(step), self._replicated))
+    per_worker = [workers.local_shard(vectors, d) for d in self.devices]
     pushed = list(self._tasks.map(
         lambda i: self._compute_and_push(i, per_worker[i], start),
         range(self.num_workers)))
@@ -277,10 +268,9 @@ class ParameterServerEngine:
     list(self._tasks.map(lambda s: s.apply(scale, apply), self.shards))
     update_s = time.perf_counter() - update_start
 
-    pulled = list(self._tasks.map(self._pull_to_device, range(self.num_workers)))
-    self._worker_params = self._replicate([p for p, _, _ in pulled])
-    self._worker_stats = self._replicate([s for _, s, _ in pulled])
-    pull_s = [t for _, _, t in pulled]
+    pulled = list(self._tasks.map(self._timed_pull, range(self.num_workers)))
+    self._worker_vectors = self._replicate([v for v, _ in pulled])
+    pull_s = [t for _, t in pulled]
     step_s = time.perf_counter() - start
     busy = (np.mean(compute_s) + np.mean(push_s) + update_s + np.mean(pull_s))
     return {
@@ -297,16 +287,15 @@ class ParameterServerEngine:
         **self.shard_counters(step_s),
     }
 
-  def _compute_and_push(self, i: int, local: list, start: float):
+  def _compute_and_push(self, i: int, local: jax.Array, start: float):
     """Waits for worker i's gradients and statistics, then pushes them
     (with overlap: the statistics, and waits for the gradients in flight)."""
     jax.block_until_ready(local)
     computed = time.perf_counter()
-    paths = list(self.variables)
-    if self._overlap:
-      local, paths = local[len(self._param_paths):], paths[len(self._param_paths):]
-    host = jax.device_get(local)
-    self.push(i, dict(zip(paths, (x[0] for x in host))))
+    flat = self.layout.views(np.asarray(jax.device_get(local))[0])
+    if self._overlap:  # the gradients are on their way already
+      flat = {p: v for p, v in flat.items() if not p.startswith(PARAMS + '/')}
+    self.push(i, flat)
     if self._overlap:
       in_flight, self._in_flight[i] = self._in_flight[i], []
       link.wait_until(max([f.result() for f in in_flight], default=0.0))
@@ -325,13 +314,9 @@ class ParameterServerEngine:
           link.transfer, self.worker_nics[worker], self.shards[j].nic, copies,
           wait_for_arrival=False))
 
-  def _pull_to_device(self, i: int):
+  def _timed_pull(self, i: int):
     start = time.perf_counter()
-    staging = self.new_staging()
-    self.pull(i, staging)
-    params, stats = jax.device_put(self.unflatten(staging), self.devices[i],
-                                   may_alias=False)
-    jax.block_until_ready((params, stats))
-    return params, stats, time.perf_counter() - start
+    vector = self.pull_to_device(i, self.layout.empty())
+    return vector, time.perf_counter() - start
 
 

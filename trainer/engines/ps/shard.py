@@ -1,6 +1,8 @@
 """A server shard: its pieces of the parameters, batch statistics and
 optimiser state in host memory, and the optax update applied to them."""
 
+import functools
+import math
 import threading
 import time
 
@@ -40,25 +42,39 @@ class ServerShard:
     self.update_s = 0.0  # time spent aggregating and updating, since popped
     self._tx = tx
     self._num_workers = num_workers
-    # One receive buffer per worker: gradients and new statistics.
-    self.inbox = [{p.key: np.empty(p.shape, np.float32) for p in pieces}
-                  for _ in range(num_workers)]
+    # What each worker sends (gradients, then new statistics) lands in its
+    # row of one array, so that the whole round reaches the update program
+    # in one host-to-CPU-device copy; inbox[w] views row w piece by piece.
+    self._received_order = self.param_pieces + self.stat_pieces
+    sizes = [math.prod(p.shape) for p in self._received_order]
+    self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+    self._num_param_elements = self._offsets[len(self.param_pieces)]
+    self.received = np.zeros((num_workers, self._offsets[-1]), np.float32)
+    self.inbox = [self._views(row) for row in self.received]
     self.params = self.stats = self.opt_state = None
-    self._mean_grads = None
+    self._mean = None
     self._cpu = host_device()
     # Compiled now, so that the first step's time is the step's. No buffer
     # donation: in async mode a pull may still be copying the previous
     # parameters while the next gradient is applied.
     on_cpu = jax.sharding.SingleDeviceSharding(self._cpu)
-    grads = {p.key: jax.ShapeDtypeStruct(p.shape, np.float32, sharding=on_cpu)
-             for p in self.param_pieces}
+    params = {p.key: jax.ShapeDtypeStruct(p.shape, np.float32, sharding=on_cpu)
+              for p in self.param_pieces}
     opt_state = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=on_cpu),
-        jax.eval_shape(tx.init, grads))
-    self._aggregate = jax.jit(_aggregate).lower([grads] * num_workers).compile()
+        jax.eval_shape(tx.init, params))
+    vector = lambda *shape: jax.ShapeDtypeStruct(shape, np.float32, sharding=on_cpu)
+    self._aggregate = jax.jit(functools.partial(
+        _aggregate, num_param_elements=self._num_param_elements)).lower(
+            vector(num_workers, self._offsets[-1])).compile()
     self._apply = jax.jit(self._update).lower(
-        grads, opt_state, grads,
+        params, opt_state, vector(self._offsets[-1]),
         jax.ShapeDtypeStruct((), np.float32, sharding=on_cpu)).compile()
+
+  def _views(self, row) -> dict:
+    """{piece key: view of the piece in `row`}, in the received order."""
+    return {p.key: row[a:b].reshape(p.shape) for p, a, b in zip(
+        self._received_order, self._offsets, self._offsets[1:])}
 
   # --- State in and out -------------------------------------------------------
   def load(self, params, batch_stats, opt_state, params_treedef) -> None:
@@ -76,16 +92,17 @@ class ServerShard:
     return {**{k: np.asarray(v) for k, v in params.items()}, **stats}
 
   # --- Updates ----------------------------------------------------------------
-  def _update(self, params, opt_state, grads, scale):
-    grads = jax.tree.map(lambda g: g * scale, grads)
+  def _update(self, params, opt_state, received, scale):
+    """One optax update from a received row (its gradient part), inside jit."""
+    grads = {k: v * scale for k, v in self._views(received).items() if k in params}
     updates, opt_state = self._tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
   def aggregate(self) -> float:
-    """Sync: averages the workers' gradients; returns their squared norm."""
+    """Sync: averages the workers' gradients and statistics; returns the
+    mean gradient's squared norm."""
     start = time.perf_counter()
-    grads = [{p.key: inbox[p.key] for p in self.param_pieces} for inbox in self.inbox]
-    self._mean_grads, sumsq = self._aggregate(jax.device_put(grads, self._cpu))
+    self._mean, sumsq = self._aggregate(jax.device_put(self.received, self._cpu))
     self.update_s += time.perf_counter() - start
     return float(sumsq)
 
@@ -94,29 +111,30 @@ class ServerShard:
     start = time.perf_counter()
     if finite:
       self.params, self.opt_state = self._apply(
-          self.params, self.opt_state, self._mean_grads,
+          self.params, self.opt_state, self._mean,
           jax.device_put(np.float32(scale), self._cpu))
-      n = len(self.inbox)
+      # Running statistics: the mean of the workers' updated ones, which is
+      # what batch norm over groups of one worker's examples gives in SPMD.
+      mean = self._views(np.asarray(self._mean))
       for p in self.stat_pieces:
-        # Running statistics: the mean of the workers' updated ones, which is
-        # what batch norm over groups of one worker's examples gives in SPMD.
-        self.stats[p.key] = sum(inbox[p.key] for inbox in self.inbox) / np.float32(n)
+        self.stats[p.key] = mean[p.key]
       jax.block_until_ready(self.params)
-    self._mean_grads = None
+    self._mean = None
     self.update_s += time.perf_counter() - start
 
-  def apply_one(self, inbox: dict, scale: float) -> None:
-    """Async: applies one worker's gradient (in `inbox`) on arrival.
+  def apply_one(self, worker: int, scale: float) -> None:
+    """Async: applies one worker's gradient (in its inbox) on arrival.
 
     The gradient is scaled by `scale` (clipping by its own norm); the
     shard's schedule gives each arrival 1/N_w of a step's learning rate. The
     worker's change of the running statistics is added divided by N_w.
     """
-    grads = {p.key: inbox[p.key] for p in self.param_pieces}
+    inbox = self.inbox[worker]
     with self.lock:
       start = time.perf_counter()
       self.params, self.opt_state = self._apply(
-          self.params, self.opt_state, jax.device_put(grads, self._cpu),
+          self.params, self.opt_state,
+          jax.device_put(self.received[worker], self._cpu),
           jax.device_put(np.float32(scale), self._cpu))
       for p in self.stat_pieces:
         self.stats[p.key] = self.stats[p.key] + inbox[p.key] / np.float32(self._num_workers)
@@ -128,11 +146,11 @@ class ServerShard:
     return value
 
 
-def _aggregate(grads_per_worker):
-  """Mean over workers, summed in worker order, and its squared norm."""
-  total = grads_per_worker[0]
-  for grads in grads_per_worker[1:]:
-    total = jax.tree.map(jnp.add, total, grads)
-  mean = jax.tree.map(lambda g: g / len(grads_per_worker), total)
-  sumsq = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(mean))
-  return mean, jnp.asarray(sumsq, jnp.float32)
+def _aggregate(received, num_param_elements: int):
+  """Mean over workers (rows), summed in worker order, and the squared norm
+  of its gradient part."""
+  total = received[0]
+  for row in received[1:]:
+    total = total + row
+  mean = total / received.shape[0]
+  return mean, jnp.sum(jnp.square(mean[:num_param_elements]))

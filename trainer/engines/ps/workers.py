@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trainer import steps
+from trainer.engines.ps import wire
 
 AXIS = 'workers'
 
@@ -42,6 +43,21 @@ def local_gradients(exp, on_gradient=None):
     sumsq = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
     return grads, batch_stats, {**metrics, 'grad_sumsq': sumsq}
   return fn
+
+
+def wire_program(exp, layout, on_gradient=None):
+  """(state vector, batch, step) -> (gradients-and-statistics vector, metrics):
+  local_gradients with the worker's variables packed as on the wire (wire.py)."""
+  fn = local_gradients(exp, on_gradient)
+  abstract = exp.abstract_state
+  treedefs = (jax.tree.structure(abstract.params),
+              jax.tree.structure(abstract.batch_stats))
+
+  def on_wire(vector, batch, step):
+    params, batch_stats = layout.unpack(vector, *treedefs)
+    grads, batch_stats, metrics = fn(params, batch_stats, batch, step)
+    return layout.pack(grads, batch_stats), metrics
+  return on_wire
 
 
 def _tap_gradients(params, on_gradient):
@@ -78,48 +94,45 @@ def _batch_spec(exp, batch_size: int, sharding):
   }
 
 
-def _abstract(tree, sharding):
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                     sharding=sharding), tree)
+def _vector(layout, sharding):
+  return jax.ShapeDtypeStruct((layout.size,), wire.DTYPE, sharding=sharding)
 
 
-def compile_sync_program(exp, mesh, on_gradient=None, batch_size: int = 0):
-  """All workers' gradients in one program; outputs stacked [N_w, ...].
+def compile_sync_program(exp, mesh, layout, on_gradient=None, batch_size: int = 0):
+  """All workers' gradients in one program: (state vector replicated, batch,
+  step) -> (vectors stacked [N_w, size], metrics stacked [N_w]).
 
   batch_size: the global batch it is compiled for (0: the config's).
   """
-  fn = local_gradients(exp, on_gradient)
+  fn = wire_program(exp, layout, on_gradient)
   P = jax.sharding.PartitionSpec
 
-  def per_worker(params, batch_stats, batch, step):
-    out = fn(params, batch_stats, batch, step)
+  def per_worker(vector, batch, step):
+    out = fn(vector, batch, step)
     return jax.tree.map(lambda x: x[None], out)
 
   # check_vma=False: with it, JAX would mark the replicated parameters as
   # varying inside and transpose that into an all-reduce of the gradients,
   # which is exactly the collective a parameter server replaces.
   program = jax.jit(jax.shard_map(
-      per_worker, mesh=mesh, in_specs=(P(), P(), P(AXIS), P()),
+      per_worker, mesh=mesh, in_specs=(P(), P(AXIS), P()),
       out_specs=P(AXIS), check_vma=False))
   replicated = jax.sharding.NamedSharding(mesh, P())
-  abstract = exp.abstract_state
   return program.lower(
-      _abstract(abstract.params, replicated),
-      _abstract(abstract.batch_stats, replicated),
+      _vector(layout, replicated),
       _batch_spec(exp, batch_size or exp.config.batch_size,
                   jax.sharding.NamedSharding(mesh, P(AXIS))),
       jax.ShapeDtypeStruct((), np.int32, sharding=replicated)).compile()
 
 
-def compile_async_programs(exp, devices, per_worker_batch: int):
+def compile_async_programs(exp, devices, layout, per_worker_batch: int):
   """One single-device executable per worker device (compiled in turn)."""
-  fn = jax.jit(local_gradients(exp))
-  abstract = exp.abstract_state
+  fn = jax.jit(wire_program(exp, layout))
   programs = []
   for device in devices:
     one = jax.sharding.SingleDeviceSharding(device)
     programs.append(fn.lower(
-        _abstract(abstract.params, one), _abstract(abstract.batch_stats, one),
+        _vector(layout, one),
         _batch_spec(exp, per_worker_batch, one),
         jax.ShapeDtypeStruct((), np.int32, sharding=one)).compile())
   return programs
