@@ -12,6 +12,7 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
+from absl import logging  # pylint: disable=g-import-not-at-top
 
 from cli import config_loader
 from cli import flags_parser
@@ -53,7 +54,10 @@ def run(argv) -> int:
   runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
                      coordinator_address=FLAGS.coordinator_address,
                      num_processes=FLAGS.num_processes,
-                     process_id=FLAGS.process_id)
+                     process_id=FLAGS.process_id,
+                     cluster=config.runtime.cluster,
+                     init_timeout_s=config.runtime.init_timeout_s,
+                     heartbeat_timeout_s=config.runtime.heartbeat_timeout_s)
   import jax  # pylint: disable=g-import-not-at-top
   validation.check_against_devices(config, num_devices=jax.device_count(),
                                    num_processes=jax.process_count())
@@ -79,10 +83,31 @@ def main(argv):
   try:
     code = run(argv)
   except (UsageError, DataError) as e:
-    _fail_usage(e)
+    if not _multi_process():
+      _fail_usage(e)
+    _exit_with_last_line(f'error: {_this_process()}{e}', EXIT_USAGE)
   except RunFailure as e:
-    _exit_with_last_line(f'error: {e}', EXIT_FAILURE)
+    _exit_with_last_line(f'error: {_this_process()}{e}', EXIT_FAILURE)
+  except BaseException as e:  # pylint: disable=broad-except
+    if not _multi_process() or isinstance(e, SystemExit):
+      raise
+    # Leaving through the interpreter's exit would wait in JAX's shutdown
+    # barrier for the other processes, which wait for this one: say why and
+    # go, so that they (or the launcher) see it gone at once.
+    logging.exception('Process %s failed', _this_process())
+    _exit_with_last_line(f'error: {_this_process()}{type(e).__name__}: {e}',
+                         130 if isinstance(e, KeyboardInterrupt) else EXIT_FAILURE)
   sys.exit(code)
+
+
+def _multi_process() -> bool:
+  jax = sys.modules.get('jax')
+  return jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
+
+
+def _this_process() -> str:
+  """'process 1: ' in a multi-process run, else ''."""
+  return f'process {sys.modules["jax"].process_index()}: ' if _multi_process() else ''
 
 
 def _exit_with_last_line(line: str, code: int) -> None:

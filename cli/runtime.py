@@ -4,9 +4,39 @@ import os
 
 from cli.errors import UsageError
 
+# What each cluster's launcher sets in every process (the variables JAX's
+# own detection reads): the cluster kind, its process count.
+_CLUSTER_ENV = {
+    'slurm': (('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_PROCID', 'SLURM_LOCALID'),
+              'SLURM_NTASKS'),
+    'ompi': (('OMPI_MCA_orte_hnp_uri', 'OMPI_COMM_WORLD_RANK'), 'OMPI_COMM_WORLD_SIZE'),
+}
+
+
+def detect_cluster(cluster: str, environ=os.environ) -> str | None:
+  """The cluster whose multi-process job this process belongs to, or None.
+
+  cluster: auto (whichever is present), slurm, ompi, or none. A job of one
+  task is one process: no coordination service to start.
+  """
+  if cluster == 'none':
+    return None
+  kinds = list(_CLUSTER_ENV) if cluster == 'auto' else [cluster]
+  for kind in kinds:
+    names, count = _CLUSTER_ENV[kind]
+    if all(n in environ for n in names) and count in environ:
+      return kind if int(environ[count]) > 1 else None
+  if cluster != 'auto':
+    names, count = _CLUSTER_ENV[cluster]
+    raise UsageError(f'runtime.cluster={cluster}: this process is not in a {cluster} '
+                     f'job (it needs {", ".join(names + (count,))}); start it with '
+                     f'{"srun" if cluster == "slurm" else "mpirun"}, or use auto')
+  return None
+
 
 def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
-               num_processes: int, process_id: int) -> None:
+               num_processes: int, process_id: int, cluster: str = 'auto',
+               init_timeout_s: int = 300, heartbeat_timeout_s: int = 30) -> None:
   """Must run before anything touches a JAX backend."""
   # On a CPU-only machine one XLA device uses the cores poorly for small
   # convolutions; one emulated device per core keeps every core busy. An
@@ -14,11 +44,21 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
   import jax  # pylint: disable=g-import-not-at-top
   if '--xla_force_host_platform_device_count' not in os.environ.get('XLA_FLAGS', ''):
     jax.config.update('jax_num_cpu_devices', num_cpu_devices or os.cpu_count() or 1)
+  timeouts = dict(initialization_timeout=init_timeout_s,
+                  heartbeat_timeout_seconds=heartbeat_timeout_s)
   if num_processes > 1:
-    try:
-      jax.distributed.initialize(coordinator_address=coordinator_address,
-                                 num_processes=num_processes,
-                                 process_id=process_id)
-    except (RuntimeError, ValueError) as e:
-      raise UsageError(f'--coordinator_address={coordinator_address}: '
-                       f'could not join the run: {e}') from None
+    where = f'--coordinator_address={coordinator_address}'
+    args = dict(coordinator_address=coordinator_address, num_processes=num_processes,
+                process_id=process_id)
+  else:
+    detected = detect_cluster(cluster)
+    if detected is None:
+      return  # one process
+    where = f'runtime.cluster={cluster} (found a {detected} job)'
+    args = dict(cluster_detection_method=detected)
+  try:
+    jax.distributed.initialize(**args, **timeouts)
+  except (RuntimeError, ValueError) as e:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise UsageError(f'{where}: could not join the run within '
+                     f'runtime.init_timeout_s={init_timeout_s}: {first}') from None

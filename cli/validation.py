@@ -20,6 +20,7 @@ ENGINES = ('spmd', 'ps')
 PS_MODES = ('sync', 'async')
 PS_PARTITIONERS = ('greedy', 'round_robin')
 NONFINITE = ('stop', 'skip')
+CLUSTERS = ('auto', 'slurm', 'ompi', 'none')
 
 
 def _one_of(key: str, value, accepted) -> None:
@@ -101,6 +102,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _at_least('eval.batch_size', config.eval.batch_size, 0)
   _at_least('runtime.num_cpu_devices', config.runtime.num_cpu_devices, 0)
   _at_least('runtime.device_memory_gib', config.runtime.device_memory_gib, 0.0)
+  _one_of('runtime.cluster', config.runtime.cluster, CLUSTERS)
+  _at_least('runtime.init_timeout_s', config.runtime.init_timeout_s, 1)
+  _at_least('runtime.heartbeat_timeout_s', config.runtime.heartbeat_timeout_s, 1)
+  _at_least('runtime.agree_every_steps', config.runtime.agree_every_steps, 1)
 
 
 def _check_ps(config: ml_collections.ConfigDict) -> None:
@@ -157,9 +162,15 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   if not 0 < plan.bandwidth_gbps < math.inf:
     raise UsageError(f'plan.bandwidth_gbps={plan.bandwidth_gbps!r} must be a '
                      'finite number > 0 (the link of the cluster to plan for)')
-  for key in ('latency_ms', 'compute_s'):
+  for key in ('latency_ms', 'compute_s', 'device_tflops'):
     if not 0 <= plan[key] < math.inf:
       raise UsageError(f'plan.{key}={plan[key]!r} must be a finite number >= 0')
+  if not 0 < plan.device_utilization <= 1:
+    raise UsageError(f'plan.device_utilization={plan.device_utilization!r} must be '
+                     'in (0, 1]: the fraction of the device peak a step reaches')
+  if plan.compute_s and plan.device_tflops:
+    raise UsageError('plan.compute_s and plan.device_tflops both give the '
+                     "cluster's compute time; set one of them")
   if not [m for m in study.models.split(',') if m.strip()]:
     raise UsageError(f'study.models={study.models!r} names no model')
   for key in ('num_workers', 'num_shards', 'batch_sizes'):

@@ -84,11 +84,13 @@ def get_config() -> ml_collections.ConfigDict:
   # --- The planner (--mode=plan) and the study (--mode=study) -----------------
   config.plan = ml_collections.ConfigDict()
   config.plan.batch_sizes = '2,4,8,16,32,64'  # per-worker mini-batches to sweep (up to what fits)
-  config.plan.repeats = 3  # timed runs per measurement (median)
+  config.plan.repeats = 5  # timed runs per measurement (median)
   config.plan.num_workers = 0  # N_w of the cluster to plan for; 0: ps.num_workers, else every device
   config.plan.bandwidth_gbps = 10.0  # link of the cluster to plan for, Gbit/s per interface and direction
   config.plan.latency_ms = 0.05  # its one-way latency
-  config.plan.compute_s = 0.0  # a stated T_C of the chosen mini-batch; 0: the measured one
+  config.plan.compute_s = 0.0  # a stated T_C of the chosen mini-batch; 0: from the device peak, else the measured one
+  config.plan.device_tflops = 0.0  # the cluster's device peak, TFLOP/s in the model's dtype; 0: the devices at hand
+  config.plan.device_utilization = 0.4  # fraction of that peak a train step reaches (T_C = FLOPs / (peak * this))
   config.study = ml_collections.ConfigDict()
   config.study.models = 'resnet18,alexnet'  # registry names: one compute-heavy, one communication-heavy
   config.study.model_width = 16  # model.width of every study model (0: published)
@@ -96,7 +98,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.study.num_shards = '1,2,4'  # N_ps grid
   config.study.bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
   config.study.batch_sizes = '64,128'  # global batch grid
-  config.study.steps = 3  # timed PS steps per cell (after 2 warm-up steps)
+  config.study.steps = 5  # timed PS steps per cell (after 2 warm-up steps)
 
   # --- Cadences and outputs --------------------------------------------------
   config.log_every_steps = 50  # progress line and train metrics
@@ -119,6 +121,17 @@ def get_config() -> ml_collections.ConfigDict:
   # Memory per device for the fit check; 0: what the device reports (the CPU
   # reports none, and then the check is skipped).
   config.runtime.device_memory_gib = 0.0
+  # Several processes (one per host, or per GPU): how they find each other
+  # when --coordinator_address is not given. auto: JAX's detection of SLURM
+  # and Open MPI (mpirun) environments; slurm, ompi: that one only; none:
+  # one process, whatever the environment.
+  config.runtime.cluster = 'auto'
+  config.runtime.init_timeout_s = 300  # wait this long for every process to join
+  # A process that stops answering for this long ends the run on all others.
+  config.runtime.heartbeat_timeout_s = 30
+  # Processes agree on stops and time-based saves every this many steps
+  # (trainer/agreement.py): a stop or save waits at most that long.
+  config.runtime.agree_every_steps = 10
 
   # --- Starting from another run (fine-tuning) ---------------------------------
   config.init = ml_collections.ConfigDict()
@@ -129,5 +142,7 @@ def get_config() -> ml_collections.ConfigDict:
   # --- Debugging (fault injection for tests; not for normal runs) -------------
   config.debug = ml_collections.ConfigDict()
   config.debug.nan_at_step = -1  # make the loss of this step NaN; -1: off
+  config.debug.fail_at_step = -1  # raise an error after this step; -1: off
+  config.debug.fail_process = 0  # ... on this process (-1: on every one)
 
   return config

@@ -161,6 +161,29 @@ def test_tfrecord_index_reads_records_by_index_across_shards(tmp_path):
     index[9]
 
 
+def test_tfrecord_index_is_stored_beside_the_file_once_and_rescanned_if_stale(
+    tmp_path, monkeypatch):
+  from input_pipeline import tfrecord_index  # pylint: disable=g-import-not-at-top
+  records = [f'r{i}'.encode() * (i + 1) for i in range(5)]
+  _write_tfrecord(tmp_path / 'a', records)
+  shard = [tfrecord_index.Shard(str(tmp_path / 'a'), skip=0, take=5)]
+  assert tfrecord_index.TFRecordIndex(shard).__getitems__([4, 1]) == [records[4], records[1]]
+  assert (tmp_path / 'a.offsets.npz').exists()
+  assert not [p for p in tmp_path.iterdir() if '.tmp-' in p.name]
+
+  # A later run (another process) reads the stored offsets: no scan.
+  def no_scan(*_):
+    raise AssertionError('scanned although the index is stored')
+  monkeypatch.setattr(tfrecord_index, 'scan_offsets', no_scan)
+  assert tfrecord_index.TFRecordIndex(shard).__getitems__([3]) == [records[3]]
+
+  # The file is rewritten with other records: its size differs, so it is
+  # scanned again rather than read at stale offsets.
+  monkeypatch.undo()
+  _write_tfrecord(tmp_path / 'a', [b'new'] + records[:4])
+  assert tfrecord_index.TFRecordIndex(shard).__getitems__([0, 4]) == [b'new', records[3]]
+
+
 def test_tfrecord_index_reads_a_truncated_file_as_empty_records(tmp_path):
   from input_pipeline import tfrecord_index  # pylint: disable=g-import-not-at-top
   _write_tfrecord(tmp_path / 'a', [b'x' * 10, b'y' * 10])

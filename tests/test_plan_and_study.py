@@ -24,6 +24,20 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   assert plan['cluster']['num_workers'] == 16
   assert (workdir / 'plan.png').exists()
   assert 'PS shards for 16 workers' in result.stdout
+  assert all(p['flops'] > 0 for p in plan['compute_sweep'])
+  assert plan['cluster']['compute_s_source'] == 'measured'
+
+  # A hypothetical cluster's devices, given by their peak: T_C is the
+  # chosen batch's FLOPs (XLA's count here) at that peak and utilisation.
+  result = run_main(f'--workdir={workdir}', '--mode=plan', *TINY,
+                    '--config.ps.num_workers=2', '--config.plan.batch_sizes=2',
+                    '--config.plan.num_workers=16', '--config.plan.device_tflops=100',
+                    '--config.plan.device_utilization=0.5')
+  assert result.returncode == 0, result.stderr[-3000:]
+  plan = json.loads((workdir / 'plan.json').read_text())
+  flops = plan['compute_sweep'][0]['flops']
+  assert plan['cluster']['compute_s'] == pytest.approx(flops / (100e12 * 0.5))
+  assert 'TFLOP/s' in plan['cluster']['compute_s_source']
 
 
 def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
@@ -57,9 +71,10 @@ def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
     (['--mode=study', '--config.study.num_shards='], 'study.num_shards'),
     (['--mode=study', '--config.study.bandwidths_gbps=0'], 'study.bandwidths_gbps'),
     (['--mode=plan', '--config.plan.bandwidth_gbps=-1'], 'plan.bandwidth_gbps'),
+    (['--mode=plan', '--config.plan.device_utilization=1.5'], 'plan.device_utilization'),
     (['--mode=plan', '--config.runtime.device_memory_gib=0.000001',
       '--config.plan.batch_sizes=2'], 'fits'),
-], ids=['empty grid', 'study bandwidth', 'plan bandwidth', 'nothing fits'])
+], ids=['empty grid', 'study bandwidth', 'plan bandwidth', 'utilization', 'nothing fits'])
 def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment):
   result = run_main(f'--workdir={tmp_path / "w"}', *TINY, *args)
   assert result.returncode == 2, result.stderr[-3000:]

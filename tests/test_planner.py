@@ -38,6 +38,12 @@ def test_step_time_with_and_without_overlap():
   assert formulas.spmd_step_s(1.0, 100 * MB, GBIT, 4, overlap=True) == pytest.approx(1.2)
 
 
+def test_compute_time_from_a_device_peak():
+  # 300 GFLOP per step on a 1000 TFLOP/s device at 40% of peak: 0.75 ms.
+  assert formulas.compute_from_peak_s(300e9, 1000e12, 0.4) == pytest.approx(7.5e-4)
+  assert formulas.compute_from_peak_s(300e9, 1000e12, 1.0) == pytest.approx(3e-4)
+
+
 def test_shards_needed_and_workers_that_scale():
   # N_w*S/(B*T_C) = 8 * 100 MB / (125 MB/s * 0.4 s) = 16.
   assert formulas.min_ps_shards(100 * MB, GBIT, 8, 0.4) == 16

@@ -83,6 +83,7 @@ class Checkpointer:
     """Starts writing `state` as checkpoint `step` (returns before it ends)."""
     if step in self._latest.all_steps():
       return
+    logging.info('Saving checkpoint %d', step)
     self._latest.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
                       force=True)

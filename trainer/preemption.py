@@ -3,7 +3,6 @@
 import signal
 
 from absl import logging
-import numpy as np
 
 
 class StopRequest:
@@ -29,13 +28,10 @@ class StopRequest:
                     '(Ctrl-C again aborts without saving).',
                     signal.Signals(signum).name)
 
-  def requested(self, process_count: int = 1) -> bool:
-    """True when any process was asked to stop (all processes agree)."""
-    if process_count == 1:
-      return self._requested
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    flags = multihost_utils.process_allgather(np.array(self._requested))
-    return bool(np.any(flags))
+  def requested(self) -> bool:
+    """True when this process was asked to stop (agreement.py makes every
+    process stop at the same step)."""
+    return self._requested
 
   def restore_handlers(self) -> None:
     for sig, handler in self._previous.items():

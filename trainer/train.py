@@ -18,6 +18,7 @@ from trainer import evaluate
 from trainer import engines
 from trainer import init_from
 from trainer import metrics_log
+from trainer import agreement as agreement_lib
 from trainer import preemption
 from trainer import setup
 from trainer import state as state_lib
@@ -93,6 +94,11 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   finally:
     stop.restore_handlers()
     engine.close()
+  if error is not None and jax.process_count() > 1:
+    # Waiting for an in-flight save here would wait for the other processes,
+    # which may be the reason for the error: leave now (a save that did not
+    # finish is never taken for a checkpoint) and let them be stopped.
+    raise error
   # Closing waits for the last asynchronous save, whose failure surfaces here.
   for close in (checkpointer.close, log.close):
     try:
@@ -176,12 +182,18 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
       size=config.data.prefetch_batches)
 
   # --- Loop.
+  agreement = agreement_lib.Agreement(jax.process_count(),
+                                      config.runtime.agree_every_steps)
   eval_metrics, pending, last_save = None, [], time.monotonic()
   interval_start, interval_first = time.perf_counter(), start_step
   step = start_step
   while step < total:
     engine.step(next(batches))
     step += 1
+    if step == config.debug.fail_at_step and jax.process_index() in (
+        config.debug.fail_process, -1):
+      raise RuntimeError(f'debug.fail_at_step={step}: the failure this key injects, '
+                         f'on process {jax.process_index()}')
 
     if step % config.log_every_steps == 0 or step == total:
       collect()
@@ -196,8 +208,8 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
                  'images_per_sec': config.batch_size / step_time,
                  'step_time_s': step_time,
                  'input_wait_s': batches.pop_wait_s() / steps_done,
-                 # unreadable training images so far (this process's reads)
-                 'num_skipped': exp.dataset.skipped_counts()['train']})
+                 # unreadable training images so far, all processes' reads
+                 'num_skipped': agreement.total(exp.dataset.skipped_counts()['train'])})
       logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | ETA %s%s',
                    step, total, summary['loss'], summary['accuracy'],
                    config.batch_size / step_time,
@@ -214,15 +226,19 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
                    eval_metrics['loss'], eval_metrics['num_examples'])
       interval_start += time.perf_counter() - eval_start  # not step time
 
-    due_minutes = (config.checkpoint.every_minutes > 0 and
-                   time.monotonic() - last_save > 60 * config.checkpoint.every_minutes)
+    stop_now = due_minutes = False
+    if agreement.due(step):
+      stop_now, due_minutes = agreement.decide(
+          stop.requested(),
+          config.checkpoint.every_minutes > 0 and
+          time.monotonic() - last_save > 60 * config.checkpoint.every_minutes)
     if step % config.checkpoint.every_steps == 0 or step == total or due_minutes:
       save_start = time.perf_counter()
       save(step, eval_metrics if step % eval_every == 0 or step == total else None)
       last_save = time.monotonic()
       interval_start += time.perf_counter() - save_start  # not step time
 
-    if step < total and stop.requested(jax.process_count()):
+    if step < total and stop_now:
       save(step)
       checkpointer.wait()
       logging.warning('Stopped at step %d after saving; rerun the same command '

@@ -10,6 +10,12 @@ checks what they predict against the parameter-server engine's clock.
 import math
 
 
+def compute_from_peak_s(flops: float, peak_flops_per_s: float,
+                        utilization: float) -> float:
+  """T_C of a device that runs a step's `flops` at `utilization` of its peak."""
+  return flops / (peak_flops_per_s * utilization)
+
+
 def ring_allreduce_s(model_bytes: float, bandwidth: float, num_workers: int,
                      latency_s: float = 0.0) -> float:
   """Ring all-reduce: 2(n-1)/n * S/B, plus a latency per each of 2(n-1) hops."""
@@ -35,10 +41,15 @@ def ps_direction_s(model_bytes: float, bandwidth: float, num_workers: int,
 def ps_step_s(compute_s: float, model_bytes: float, bandwidth: float,
               num_workers: int, num_shards: int, *, latency_s: float = 0.0,
               update_s: float = 0.0, overlap: bool = False,
-              largest_shard_bytes: float | None = None) -> float:
-  """Compute, push, update, pull; with overlap the push hides behind compute."""
-  push = ps_direction_s(model_bytes, bandwidth, num_workers, num_shards,
-                        latency_s, largest_shard_bytes)
+              largest_shard_bytes: float | None = None,
+              host_copy_s: float = 0.0) -> float:
+  """Compute, push, update, pull; with overlap the push hides behind compute.
+
+  host_copy_s: the host's own copying of one direction's bytes, which goes
+  on while the link carries them: a direction takes the longer of the two.
+  """
+  push = max(host_copy_s, ps_direction_s(model_bytes, bandwidth, num_workers,
+                                         num_shards, latency_s, largest_shard_bytes))
   pull = push
   if overlap:
     return max(compute_s, push) + update_s + pull

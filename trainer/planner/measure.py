@@ -30,6 +30,7 @@ class ComputePoint:
   compute_s: float  # median wall time of the gradient program
   images_per_sec: float  # N_w * b / T_C
   peak_bytes: int  # per device, from XLA's memory analysis
+  flops: float  # one worker's FLOPs per step, from XLA's cost analysis
 
 
 def reuse_compilations(directory: str) -> None:
@@ -97,15 +98,27 @@ def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
         mesh, jax.sharding.PartitionSpec()))
     t = _median_s(lambda: jax.block_until_ready(program(vector, batch, step)),
                   repeats)
-    points.append(ComputePoint(b, t, num_workers * b / t, peak))
+    points.append(ComputePoint(b, t, num_workers * b / t, peak, worker_flops(program)))
   return points
 
 
-def host_copies_s(exp, repeats: int = 5) -> float:
-  """One worker's host-side copies of a step, as the engine makes them: its
-  wire vector off the device, each variable into the shards' buffers (so
-  per-variable overheads count), each back into a vector, the vector onto
-  the device."""
+def worker_flops(program) -> float:
+  """One worker's FLOPs of a step of the compiled workers' program (XLA's
+  cost analysis is per device: each worker is one)."""
+  cost = program.cost_analysis()
+  if isinstance(cost, (list, tuple)):  # older jax: one dict per program
+    cost = cost[0]
+  return float(cost.get('flops', 0.0))
+
+
+def host_copies_s(exp, repeats: int = 5) -> dict:
+  """One worker's host-side copies of a step, as the engine makes them.
+
+  device_s: its wire vector off the device and back onto it, before the
+  push and after the pull. per_direction_s: each variable into the shards'
+  buffers, or back (so per-variable overheads count); the link carries
+  those bytes while they are copied.
+  """
   device = jax.devices()[-1]
   layout = _layout(exp)
   host = _initial_vector(exp, layout)
@@ -121,7 +134,8 @@ def host_copies_s(exp, repeats: int = 5) -> float:
   def copy_in():
     for path, view in layout.views(staging).items():
       np.copyto(view, buffers[path])
-  return off + on + _median_s(copy_out, repeats) + _median_s(copy_in, repeats)
+  return {'device_s': off + on,
+          'per_direction_s': max(_median_s(copy_out, repeats), _median_s(copy_in, repeats))}
 
 
 def update_s(exp, num_workers: int, num_shards: int, repeats: int = 3) -> float:

@@ -3,13 +3,13 @@
 On the devices at hand, for the configured model: T_C(b) for a sweep of
 per-worker mini-batches (up to what fits), the model's bytes S, the
 host<->device copy speed and the shards' update time. Then, for the cluster
-in `plan.*` (workers, link bandwidth and latency, and a stated T_C if
-given): the mini-batch, the number of PS shards, the most workers that
+in `plan.*` (workers, link bandwidth and latency, and a stated T_C or a
+device peak if given): the mini-batch, the number of PS shards, the most workers that
 still scale, and step times for SPMD ring all-reduce and for PS, each with
 and without overlap. Writes plan.json and PNG plots; prints a table.
 
 The cluster's predictions leave out this host's copies between emulated
-devices and host memory (measured and reported as host_copies_s; the study
+devices and host memory (measured and reported as host_copies; the study
 adds them, since it predicts the emulation on this host).
 """
 
@@ -59,7 +59,18 @@ def run_plan(config, workdir: str) -> dict:
   chosen = next(p for p in points if p.per_worker_batch == batch)
   size = measure.model_bytes(exp)
   host_copies = measure.host_copies_s(exp, plan.repeats)
-  compute = plan.compute_s or chosen.compute_s
+  if plan.compute_s:
+    compute, compute_source = plan.compute_s, 'stated'
+  elif plan.device_tflops:
+    if chosen.flops <= 0:
+      raise UsageError(f'plan.device_tflops: XLA reports no FLOPs for '
+                       f'{config.model.name} here; state plan.compute_s instead')
+    compute = formulas.compute_from_peak_s(chosen.flops, plan.device_tflops * 1e12,
+                                           plan.device_utilization)
+    compute_source = (f'{chosen.flops / 1e9:.2f} GFLOP at {plan.device_tflops:g} '
+                      f'TFLOP/s x {plan.device_utilization:g}')
+  else:
+    compute, compute_source = chosen.compute_s, 'measured'
   update = measure.update_s(exp, min(local_workers, cluster_workers), 1, plan.repeats)
 
   # --- Recommend and predict, for the cluster.
@@ -96,11 +107,11 @@ def run_plan(config, workdir: str) -> dict:
                       'workers': local_workers},
       'model_bytes': size,
       'compute_sweep': [vars(p) for p in points],
-      'host_copies_s': host_copies,
+      'host_copies': host_copies,
       'update_s': update,
       'cluster': {'num_workers': cluster_workers, 'bandwidth_gbps': plan.bandwidth_gbps,
                   'latency_ms': plan.latency_ms,
-                  'compute_s': compute, 'compute_s_stated': bool(plan.compute_s)},
+                  'compute_s': compute, 'compute_s_source': compute_source},
       'recommended': {
           'per_worker_batch': batch,
           'global_batch': batch * cluster_workers,
@@ -125,7 +136,7 @@ def _table(result: dict) -> str:
   lines = [
       f'{result["model"]} at {result["image_size"]} px: S = '
       f'{result["model_bytes"] / 1e6:.1f} MB; T_C = {cluster["compute_s"] * 1e3:.1f} ms '
-      f'at {rec["per_worker_batch"]} per worker',
+      f'at {rec["per_worker_batch"]} per worker ({cluster["compute_s_source"]})',
       f'mini-batch: {rec["per_worker_batch"]} per worker (global '
       f'{rec["global_batch"]}), the smallest within 5% of the best throughput',
       f'PS shards for {cluster["num_workers"]} workers on {cluster["bandwidth_gbps"]:g} '

@@ -141,17 +141,20 @@ class Predictor:
     # Each worker copies its gradients off its device and into the shards'
     # buffers, and its parameters into a buffer and back on its device; the
     # workers share the host's cores for it.
-    host_copies = copies * math.ceil(n / (os.cpu_count() or 1))
+    share = math.ceil(n / (os.cpu_count() or 1))
+    device_copies = copies['device_s'] * share
     bandwidth = measure.gbps_to_bytes_per_s(cell['bandwidth_gbps'])
     latency = exp.config.ps.latency_ms / 1e3
-    step = formulas.ps_step_s(compute, size, bandwidth, n, n_ps, latency_s=latency,
-                              update_s=update, largest_shard_bytes=largest) + host_copies
+    step = formulas.ps_step_s(
+        compute, size, bandwidth, n, n_ps, latency_s=latency, update_s=update,
+        largest_shard_bytes=largest,
+        host_copy_s=copies['per_direction_s'] * share) + device_copies
     allreduce = formulas.spmd_step_s(compute, size, bandwidth, n, latency_s=latency)
     return {'predicted_step_s': step, 'compute_s_planned': compute,
             'model_bytes': size, 'update_s_planned': update,
             'direction_s_planned': formulas.ps_direction_s(
                 size, bandwidth, n, n_ps, latency, largest),
-            'host_copies_s_planned': host_copies,
+            'host_copies_s_planned': device_copies,
             'allreduce_step_s_predicted': allreduce}
 
 
