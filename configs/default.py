@@ -97,8 +97,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.study.num_workers = '2,4'  # N_w grid
   config.study.num_shards = '1,2,4'  # N_ps grid
   config.study.bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
-  config.study.batch_sizes = '64,128'  # global batch grid
-  config.study.steps = 5  # timed PS steps per cell (after 2 warm-up steps)
+  config.study.batch_sizes = '64,256'  # global batch grid
+  config.study.steps = 8  # timed PS steps per cell (after 2 warm-up steps)
 
   # --- Cadences and outputs --------------------------------------------------
   config.log_every_steps = 50  # progress line and train metrics

@@ -35,6 +35,8 @@ BAD_INVOCATIONS = [
     ([QUICK, '--mode=serve'], 'mode'),
     ([QUICK, '--no_such_flag=1'], 'no_such_flag'),
     ([QUICK, '--config.sharding_rules=((\'embed\', \'model\'),)'], 'sharding_rules'),
+    ([QUICK, '--config.runtime.agree_every_steps=0'], 'runtime.agree_every_steps'),
+    ([QUICK, '--config.runtime.cluster=slurm'], 'runtime.cluster=slurm'),  # no SLURM job
     # The parameter-server engine (synthetic data: no data set to generate).
     ([QUICK, '--config.data.source=synthetic', '--config.engine=ps',
       '--config.ps.partitioner=round_robin', '--config.ps.num_shards=1000'],

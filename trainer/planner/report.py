@@ -176,9 +176,10 @@ def write_study(rows, workdir: str) -> dict:
       f'time **{summary["mape_percent"]:.1f}%**; worst cell {worst["cell"]} at '
       f'{summary["worst_error_percent"]:+.1f}%.', '',
       'Measured: the synchronous PS engine, median of the timed steps. '
-      'Predicted: T_C (the workers\' program alone, measured by the planner) + '
-      'push + update + pull from the planner\'s formulas with its measured S, '
-      'update time and host copy speed, and the configured link.', '',
+      'Predicted: T_C (the workers\' program alone, measured by the planner '
+      'just before and just after the cell, mean of the two medians) + push + '
+      'update + pull from the planner\'s formulas with its measured S, update '
+      'time and host copy speed, and the configured link.', '',
       '## Findings', '']
   for claim, supported, evidence in findings(rows):
     lines.append(f'- **{claim}**: {"supported" if supported else "not supported"} '

@@ -114,8 +114,16 @@ def measure_step_s(exp, steps: int) -> tuple[float, dict]:
 
 
 class Predictor:
-  """The planner's prediction of a cell's step time, from its own measurements
-  (cached, so each is made once per study process)."""
+  """The planner's prediction of a cell's step time, from its own measurements.
+
+  S, the update time and the host copies are measured once per study
+  process. T_C is measured for each cell, just before and just after the
+  engine runs it, and the mean taken: the speed of this shared 2-core
+  machine drifts by 10-30% over seconds (the same program's median time
+  moves that much between consecutive measurements), and bracketing the
+  cell keeps that drift out of the comparison. The engine's own times are
+  never used.
+"""
 
   def __init__(self, config):
     self._config = config
@@ -126,13 +134,18 @@ class Predictor:
       self._cache[key] = fn()
     return self._cache[key]
 
-  def predict(self, exp, cell: dict) -> dict:
-    n, n_ps, b = cell['num_workers'], cell['num_shards'], cell['batch_size']
+  def compute_s(self, exp, cell: dict) -> float:
+    """T_C: the median time of the workers' program alone, measured now."""
+    n = cell['num_workers']
+    return measure.compute_sweep(exp, n, [cell['batch_size'] // n],
+                                 self._config.plan.repeats, None)[0].compute_s
+
+  def predict(self, exp, cell: dict, compute: float) -> dict:
+    """The cell's step time, given T_C (`compute`)."""
+    n, n_ps = cell['num_workers'], cell['num_shards']
     model = cell['model']
     repeats = self._config.plan.repeats
     size = measure.model_bytes(exp)
-    compute = self._once(('tc', model, n, b), lambda: measure.compute_sweep(
-        exp, n, [b // n], repeats, None)[0].compute_s)
     update = self._once(('update', model, n, n_ps),
                         lambda: measure.update_s(exp, n, n_ps, repeats))
     copies = self._once(('copies', model), lambda: measure.host_copies_s(exp, repeats))
@@ -180,8 +193,10 @@ def run_study(config, workdir: str) -> dict:
   with open(os.path.join(workdir, RESULTS_FILE), 'a') as out:
     for i, cell in enumerate(todo):
       exp = setup.build_experiment(cell_config(config, cell), workdir)
-      prediction = predictor.predict(exp, cell)
+      before = predictor.compute_s(exp, cell)
       measured, split = measure_step_s(exp, config.study.steps)
+      after = predictor.compute_s(exp, cell)
+      prediction = predictor.predict(exp, cell, (before + after) / 2)
       row = {'cell': cell, 'measured_step_s': measured, **split, **prediction}
       row['images_per_sec'] = cell['batch_size'] / measured
       row['error'] = (prediction['predicted_step_s'] - measured) / measured
