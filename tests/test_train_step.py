@@ -5,6 +5,7 @@ meshes is in test_parallelism.py.)"""
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -103,11 +104,23 @@ def test_a_dimension_the_mesh_does_not_divide_stays_replicated():
     assert x.addressable_shards[0].data.shape == x.shape
 
 
-def test_weight_decay_skips_biases_and_norm_scales():
-  params = {'conv': {'kernel': np.ones((3, 3, 2, 4))},
-            'bn': {'scale': np.ones(4), 'bias': np.ones(4)}}
-  mask = optim.decay_mask(params)
-  assert mask == {'conv': {'kernel': True}, 'bn': {'scale': False, 'bias': False}}
+@pytest.mark.parametrize('name', ['vit_ti16', 'resnet18'])
+def test_weight_decay_reaches_only_the_real_models_kernels(name):
+  model = registry.create_model(name, num_classes=10, width=8 if name == 'resnet18' else 0,
+                                image_size=32)
+  params = jax.eval_shape(lambda: model.init(
+      jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))['params']
+  decayed = {'/'.join(str(getattr(k, 'key', k)) for k in path)
+             for path, on in jax.tree_util.tree_flatten_with_path(
+                 optim.decay_mask(params))[0] if on}
+  every = {'/'.join(str(getattr(k, 'key', k)) for k in path): x.ndim
+           for path, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+  assert decayed and all(every[p] > 1 and p.endswith('kernel') for p in decayed)
+  # Every kernel decays; biases, norm scales, the position embedding and
+  # the class token do not (DeiT's and the common ViT recipes' exclusions).
+  assert decayed == {p for p, ndim in every.items() if p.endswith('kernel')}
+  if name == 'vit_ti16':
+    assert {'pos_embedding', 'cls'} <= {p.split('/')[-1] for p in every}
 
 
 def test_learning_rate_scales_linearly_with_batch_and_warms_up():

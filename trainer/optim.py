@@ -33,9 +33,19 @@ def create_learning_rate_fn(config: ml_collections.ConfigDict,
       [optax.linear_schedule(0.0, peak, warmup), after], [warmup])
 
 
+# Parameters that are not weights of a layer, by name: ViT's position
+# embedding and class token (excluded from weight decay by DeiT and the
+# common ViT recipes).
+_NO_DECAY_NAMES = ('pos_embedding', 'cls')
+
+
 def decay_mask(params):
-  """Weight decay on kernels only: not on biases or norm scales (ndim <= 1)."""
-  return jax.tree.map(lambda p: p.ndim > 1, params)
+  """Weight decay on kernels only: not on biases or norm scales (ndim <= 1),
+  nor on position embeddings and class tokens."""
+  def decays(path, p):
+    names = {getattr(k, 'key', getattr(k, 'name', None)) for k in path}
+    return p.ndim > 1 and not names & set(_NO_DECAY_NAMES)
+  return jax.tree_util.tree_map_with_path(decays, params)
 
 
 def create_optimizer(config: ml_collections.ConfigDict, learning_rate_fn,
