@@ -6,6 +6,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from flax import linen as nn
 import numpy as np
 import pytest
 
@@ -108,8 +109,8 @@ def test_a_dimension_the_mesh_does_not_divide_stays_replicated():
 def test_weight_decay_reaches_only_the_real_models_kernels(name):
   model = registry.create_model(name, num_classes=10, width=8 if name == 'resnet18' else 0,
                                 image_size=32)
-  params = jax.eval_shape(lambda: model.init(
-      jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))['params']
+  params = nn.meta.unbox(jax.eval_shape(lambda: model.init(
+      jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))['params'])
   decayed = {'/'.join(str(getattr(k, 'key', k)) for k in path)
              for path, on in jax.tree_util.tree_flatten_with_path(
                  optim.decay_mask(params))[0] if on}
@@ -121,6 +122,11 @@ def test_weight_decay_reaches_only_the_real_models_kernels(name):
   assert decayed == {p for p, ndim in every.items() if p.endswith('kernel')}
   if name == 'vit_ti16':
     assert {'pos_embedding', 'cls'} <= {p.split('/')[-1] for p in every}
+    # A parameter-server shard's pieces, keyed by path and rows: the same.
+    pieces = {'params/pos_embedding[0:1]': np.zeros((1, 5, 8)),
+              'params/encoderblock_0/mlp/fc1/kernel[0:4]': np.zeros((4, 8))}
+    assert optim.decay_mask(pieces) == {'params/pos_embedding[0:1]': False,
+                                        'params/encoderblock_0/mlp/fc1/kernel[0:4]': True}
 
 
 def test_learning_rate_scales_linearly_with_batch_and_warms_up():

@@ -33,19 +33,28 @@ def create_learning_rate_fn(config: ml_collections.ConfigDict,
       [optax.linear_schedule(0.0, peak, warmup), after], [warmup])
 
 
-# Parameters that are not weights of a layer, by name: ViT's position
-# embedding and class token (excluded from weight decay by DeiT and the
-# common ViT recipes).
-_NO_DECAY_NAMES = ('pos_embedding', 'cls')
+# Parameters that are not weights of a layer, by name: biases (ViT's
+# attention biases are [heads, head_dim], so the rank alone would not tell),
+# norm scales, ViT's position embedding and class token (excluded from weight
+# decay by DeiT and the common ViT recipes).
+_NO_DECAY_NAMES = ('bias', 'scale', 'pos_embedding', 'cls')
+
+
+def _names(path) -> set:
+  """The variable names along a tree path. A parameter-server shard keys its
+  pieces 'params/a/pos_embedding[0:1]': each '/'-part of a key is a name."""
+  names = set()
+  for k in path:
+    key = str(getattr(k, 'key', getattr(k, 'name', '')))
+    names.update(part.split('[')[0] for part in key.split('/'))
+  return names
 
 
 def decay_mask(params):
-  """Weight decay on kernels only: not on biases or norm scales (ndim <= 1),
-  nor on position embeddings and class tokens."""
-  def decays(path, p):
-    names = {getattr(k, 'key', getattr(k, 'name', None)) for k in path}
-    return p.ndim > 1 and not names & set(_NO_DECAY_NAMES)
-  return jax.tree_util.tree_map_with_path(decays, params)
+  """Weight decay on kernels only: not on biases or norm scales, nor on
+  position embeddings and class tokens, nor on anything of rank <= 1."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, p: p.ndim > 1 and not _names(path) & set(_NO_DECAY_NAMES), params)
 
 
 def create_optimizer(config: ml_collections.ConfigDict, learning_rate_fn,
