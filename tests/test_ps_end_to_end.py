@@ -10,9 +10,10 @@ from tests.test_end_to_end import _interrupt, _records, tiny_run_flags
 
 def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
     tmp_path, shapes_dir):
-  flags = tiny_run_flags(shapes_dir, num_train_steps=30, log_every_steps=1,
+  flags = tiny_run_flags(shapes_dir, num_train_steps=16, log_every_steps=1,
                          eval_every_steps=100, engine='ps',
-                         **{'checkpoint.every_steps': 100, 'ps.num_shards': 2})
+                         **{'checkpoint.every_steps': 100, 'ps.num_shards': 2,
+                            'ps.num_workers': 4})
   straight = str(tmp_path / 'straight')
   result = run_main(f'--workdir={straight}', *flags)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -21,7 +22,7 @@ def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
   interrupted = str(tmp_path / 'interrupted')
   process = run_main(f'--workdir={interrupted}', *flags, background=True)
   stopped = _interrupt(interrupted, process, 3, signal.SIGTERM)
-  assert stopped < 30
+  assert stopped < 16
   result = run_main(f'--workdir={interrupted}')
   assert result.returncode == 0, result.stderr[-3000:]
   assert f'Resuming from step {stopped}' in result.stderr
@@ -35,14 +36,14 @@ def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
   # The PS checkpoint is an SPMD checkpoint: training goes on under SPMD,
   # and --mode=eval restores it.
   result = run_main(f'--workdir={interrupted}', '--config.engine=spmd',
-                    '--config.num_train_steps=34')
+                    '--config.num_train_steps=20')
   assert result.returncode == 0, result.stderr[-3000:]
-  assert 'Resuming from step 30' in result.stderr
-  assert max(r['step'] for r in _records(interrupted, 'train')) == 34
+  assert 'Resuming from step 16' in result.stderr
+  assert max(r['step'] for r in _records(interrupted, 'train')) == 20
   result = run_main(f'--workdir={interrupted}', '--mode=eval')
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
-  assert summary['step'] == 34 and summary['num_examples'] == 600
+  assert summary['step'] == 20 and summary['num_examples'] == 600
 
 
 def test_asynchronous_ps_with_staleness_2_trains_the_quickstart(tmp_path, shapes_dir):
