@@ -184,3 +184,17 @@ def test_without_the_launcher_a_dead_process_ends_the_others(tmp_path, shapes_di
   processes[0].communicate(timeout=300)
   assert time.time() - killed < _ENDS_WITHIN_S
   assert processes[0].returncode != 0
+
+
+@pytest.mark.parametrize('args,fragment', [
+    (['--processes=0', '--', '--workdir=w'], '--processes=0'),
+    (['--processes=2'], 'after --'),
+    (['--', '--config=configs/quickstart.py'], '--workdir'),
+    (['--', '--workdir=w', '--process_id=1'], 'the launcher sets it'),
+], ids=['no processes', 'no main args', 'no workdir', 'coordinator flag'])
+def test_bad_launcher_input_exits_2_with_one_line(args, fragment):
+  result = subprocess.run([sys.executable, os.path.join(REPO, 'launch.py'), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+  assert result.returncode == 2
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and fragment in lines[0], result.stderr
