@@ -74,31 +74,47 @@ def _initial_vector(exp, layout) -> np.ndarray:
   return layout.pack_host(state.params, state.batch_stats)
 
 
+class ComputeTimer:
+  """The workers' gradient program for N_w workers, compiled for one
+  per-worker batch, with its inputs on the devices: timed on demand (the
+  study times it before and after each cell without compiling it again)."""
+
+  def __init__(self, exp, num_workers: int, per_worker_batch: int, vector=None):
+    devices = jax.devices()[len(jax.devices()) - num_workers:]
+    mesh = workers.worker_mesh(devices)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    if vector is None:
+      vector = jax.device_put(_initial_vector(exp, _layout(exp)), replicated)
+    self.vector = vector  # the workers' variables (wire.py), replicated
+    global_batch, size = per_worker_batch * num_workers, exp.config.data.image_size
+    self.program = workers.compile_sync_program(exp, mesh, _layout(exp),
+                                                batch_size=global_batch)
+    rng = np.random.default_rng(per_worker_batch)
+    self._batch = jax.device_put({
+        'image': rng.integers(0, 256, (global_batch, size, size, 3), np.uint8),
+        'label': rng.integers(0, 2, (global_batch,), np.int32)},
+        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(workers.AXIS)))
+    self._step = jax.device_put(np.int32(0), replicated)
+
+  def median_s(self, repeats: int) -> float:
+    return _median_s(lambda: jax.block_until_ready(
+        self.program(self.vector, self._batch, self._step)), repeats)
+
+
 def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
                   capacity_bytes: int | None) -> list[ComputePoint]:
   """T_C(b) for each per-worker batch b that fits, in increasing order."""
-  devices = jax.devices()[len(jax.devices()) - num_workers:]
-  mesh = workers.worker_mesh(devices)
-  layout = _layout(exp)
-  vector = jax.device_put(_initial_vector(exp, layout), jax.sharding.NamedSharding(
-      mesh, jax.sharding.PartitionSpec()))
-  size = exp.config.data.image_size
-  batch_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(workers.AXIS))
+  vector = None  # the initial variables, made once for every batch size
   points = []
   for b in sorted(per_worker_batches):
-    program = workers.compile_sync_program(exp, mesh, layout, batch_size=b * num_workers)
-    peak = memory.report(program, exp.abstract_state).peak
+    timer = ComputeTimer(exp, num_workers, b, vector)
+    vector = timer.vector
+    peak = memory.report(timer.program, exp.abstract_state).peak
     if capacity_bytes is not None and peak > capacity_bytes:
       break  # larger batches need more memory still
-    rng = np.random.default_rng(b)
-    batch = jax.device_put({
-        'image': rng.integers(0, 256, (b * num_workers, size, size, 3), np.uint8),
-        'label': rng.integers(0, 2, (b * num_workers,), np.int32)}, batch_sharding)
-    step = jax.device_put(np.int32(0), jax.sharding.NamedSharding(
-        mesh, jax.sharding.PartitionSpec()))
-    t = _median_s(lambda: jax.block_until_ready(program(vector, batch, step)),
-                  repeats)
-    points.append(ComputePoint(b, t, num_workers * b / t, peak, worker_flops(program)))
+    t = timer.median_s(repeats)
+    points.append(ComputePoint(b, t, num_workers * b / t, peak,
+                               worker_flops(timer.program)))
   return points
 
 

@@ -135,10 +135,12 @@ class Predictor:
     return self._cache[key]
 
   def compute_s(self, exp, cell: dict) -> float:
-    """T_C: the median time of the workers' program alone, measured now."""
-    n = cell['num_workers']
-    return measure.compute_sweep(exp, n, [cell['batch_size'] // n],
-                                 self._config.plan.repeats, None)[0].compute_s
+    """T_C: the median time of the workers' program alone, measured now
+    (compiled once per model, N_w and batch)."""
+    n, model = cell['num_workers'], cell['model']
+    timer = self._once(('timer', model, n, cell['batch_size']), lambda: measure.ComputeTimer(
+        exp, n, cell['batch_size'] // n))
+    return timer.median_s(self._config.plan.repeats)
 
   def predict(self, exp, cell: dict, compute: float) -> dict:
     """The cell's step time, given T_C (`compute`)."""

@@ -2,7 +2,6 @@
 optimiser state in host memory, and the optax update applied to them."""
 
 import functools
-import math
 import threading
 import time
 
@@ -13,6 +12,7 @@ import optax
 
 from trainer.engines.ps import link
 from trainer.engines.ps import state_split
+from trainer.engines.ps import wire
 from trainer.engines.ps.state_split import PARAMS, STATS
 
 
@@ -43,14 +43,15 @@ class ServerShard:
     self._tx = tx
     self._num_workers = num_workers
     # What each worker sends (gradients, then new statistics) lands in its
-    # row of one array, so that the whole round reaches the update program
-    # in one host-to-CPU-device copy; inbox[w] views row w piece by piece.
-    self._received_order = self.param_pieces + self.stat_pieces
-    sizes = [math.prod(p.shape) for p in self._received_order]
-    self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
-    self._num_param_elements = self._offsets[len(self.param_pieces)]
-    self.received = np.zeros((num_workers, self._offsets[-1]), np.float32)
-    self.inbox = [self._views(row) for row in self.received]
+    # row of one array, laid out as a wire vector of this shard's pieces, so
+    # that the whole round reaches the update program in one host-to-CPU-
+    # device copy; inbox[w] views row w piece by piece.
+    self._layout = wire.Layout({
+        p.key: jax.ShapeDtypeStruct(p.shape, wire.DTYPE)
+        for p in self.param_pieces + self.stat_pieces})
+    self._num_param_elements = self._layout.offsets[len(self.param_pieces)]
+    self.received = np.zeros((num_workers, self._layout.size), wire.DTYPE)
+    self.inbox = [self._layout.views(row) for row in self.received]
     self.params = self.stats = self.opt_state = None
     self._mean = None
     self._cpu = host_device()
@@ -66,15 +67,10 @@ class ServerShard:
     vector = lambda *shape: jax.ShapeDtypeStruct(shape, np.float32, sharding=on_cpu)
     self._aggregate = jax.jit(functools.partial(
         _aggregate, num_param_elements=self._num_param_elements)).lower(
-            vector(num_workers, self._offsets[-1])).compile()
+            vector(num_workers, self._layout.size)).compile()
     self._apply = jax.jit(self._update).lower(
-        params, opt_state, vector(self._offsets[-1]),
+        params, opt_state, vector(self._layout.size),
         jax.ShapeDtypeStruct((), np.float32, sharding=on_cpu)).compile()
-
-  def _views(self, row) -> dict:
-    """{piece key: view of the piece in `row`}, in the received order."""
-    return {p.key: row[a:b].reshape(p.shape) for p, a, b in zip(
-        self._received_order, self._offsets, self._offsets[1:])}
 
   # --- State in and out -------------------------------------------------------
   def load(self, params, batch_stats, opt_state, params_treedef) -> None:
@@ -94,7 +90,7 @@ class ServerShard:
   # --- Updates ----------------------------------------------------------------
   def _update(self, params, opt_state, received, scale):
     """One optax update from a received row (its gradient part), inside jit."""
-    grads = {k: v * scale for k, v in self._views(received).items() if k in params}
+    grads = {k: v * scale for k, v in self._layout.views(received).items() if k in params}
     updates, opt_state = self._tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
@@ -115,7 +111,7 @@ class ServerShard:
           jax.device_put(np.float32(scale), self._cpu))
       # Running statistics: the mean of the workers' updated ones, which is
       # what batch norm over groups of one worker's examples gives in SPMD.
-      mean = self._views(np.asarray(self._mean))
+      mean = self._layout.views(np.asarray(self._mean))
       for p in self.stat_pieces:
         self.stats[p.key] = mean[p.key]
       jax.block_until_ready(self.params)

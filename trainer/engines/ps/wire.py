@@ -38,10 +38,6 @@ class Layout:
     self.size = self.offsets[-1]
     self.num_params = sum(1 for p in self.paths if p.startswith(PARAMS + '/'))
 
-  @property
-  def nbytes(self) -> int:
-    return self.size * np.dtype(DTYPE).itemsize
-
   # --- On the host --------------------------------------------------------------
   def views(self, vector: np.ndarray) -> dict:
     """{path: view of the variable inside `vector`} (no copies)."""
