@@ -57,11 +57,16 @@ def run(argv) -> int:
                      process_id=FLAGS.process_id,
                      cluster=config.runtime.cluster,
                      init_timeout_s=config.runtime.init_timeout_s,
-                     heartbeat_timeout_s=config.runtime.heartbeat_timeout_s)
+                     heartbeat_timeout_s=config.runtime.heartbeat_timeout_s,
+                     compilation_cache_dir=config.runtime.compilation_cache_dir)
   import jax  # pylint: disable=g-import-not-at-top
   validation.check_against_devices(config, num_devices=jax.device_count(),
                                    num_processes=jax.process_count())
 
+  if FLAGS.mode == 'bench':
+    from trainer import bench  # pylint: disable=g-import-not-at-top
+    print(json.dumps(bench.run_bench(config, FLAGS.workdir)), flush=True)
+    return 0
   if FLAGS.mode in ('plan', 'study'):
     from trainer.planner import plan, study  # pylint: disable=g-import-not-at-top
     if FLAGS.mode == 'plan':

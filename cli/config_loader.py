@@ -22,13 +22,17 @@ CONFIG_FILE_NAME = 'config.json'
 # What may differ between runs in one work dir (ARCHITECTURE.md): the length of
 # training, cadences, the mesh and device count, the engine (where parameters
 # live and how gradients meet), evaluation settings, where the data lives,
-# and host-side performance knobs. Everything else decides
-# what the checkpoints mean and must match.
+# host-side performance knobs, and init.* (read only to start a run: once the
+# work dir has a checkpoint it is ignored, so it may be cleared when the
+# source run is gone). Everything else decides what the checkpoints mean and
+# must match.
 MUTABLE_KEY_PREFIXES = (
     'num_train_steps', 'num_epochs', 'log_every_steps', 'eval_every_steps',
     'checkpoint.', 'mesh.', 'eval.', 'runtime.', 'debug.', 'nonfinite',
-    'engine', 'ps.', 'model.bn_group_size',
+    'engine', 'ps.', 'model.bn_group_size', 'model.conv_form', 'bench.',
+    'profile_steps',
     'data.dir', 'data.manual_dir', 'data.prefetch_batches',
+    'init.',
 )
 
 

@@ -10,10 +10,11 @@ import dataclasses
 
 from absl import flags
 
+from cli import workdir as workdir_lib
 from cli.errors import UsageError
 
 FLAGS = flags.FLAGS
-MODES = ('train', 'eval', 'plan', 'study')
+MODES = ('train', 'eval', 'bench', 'plan', 'study')
 
 flags.DEFINE_string('workdir', None, 'Work dir: checkpoints, metrics, config.json.')
 flags.DEFINE_enum('mode', 'train', MODES, 'What to run.')
@@ -66,6 +67,7 @@ def parse(argv: list[str]) -> list[str]:
     raise UsageError(f'unexpected arguments: {" ".join(remaining[1:])}')
   if not FLAGS.workdir:
     raise UsageError('--workdir is required')
+  workdir_lib.check(FLAGS.workdir)
   if FLAGS.num_processes < 1 or not 0 <= FLAGS.process_id < FLAGS.num_processes:
     raise UsageError(f'--process_id={FLAGS.process_id} must be in '
                      f'[0, --num_processes={FLAGS.num_processes})')

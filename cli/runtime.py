@@ -36,7 +36,8 @@ def detect_cluster(cluster: str, environ=os.environ) -> str | None:
 
 def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
                num_processes: int, process_id: int, cluster: str = 'auto',
-               init_timeout_s: int = 300, heartbeat_timeout_s: int = 30) -> None:
+               init_timeout_s: int = 300, heartbeat_timeout_s: int = 30,
+               compilation_cache_dir: str = '') -> None:
   """Must run before anything touches a JAX backend."""
   # On a CPU-only machine one XLA device uses the cores poorly for small
   # convolutions; one emulated device per core keeps every core busy. An
@@ -44,6 +45,13 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
   import jax  # pylint: disable=g-import-not-at-top
   if '--xla_force_host_platform_device_count' not in os.environ.get('XLA_FLAGS', ''):
     jax.config.update('jax_num_cpu_devices', num_cpu_devices or os.cpu_count() or 1)
+  if compilation_cache_dir:
+    # Compiled programs are kept on disk, keyed by the program, the devices
+    # and the versions: a rerun (a resume after preemption, an eval) loads
+    # them instead of compiling again.
+    jax.config.update('jax_compilation_cache_dir',
+                      os.path.abspath(os.path.expanduser(compilation_cache_dir)))
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
   timeouts = dict(initialization_timeout=init_timeout_s,
                   heartbeat_timeout_seconds=heartbeat_timeout_s)
   if num_processes > 1:

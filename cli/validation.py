@@ -6,7 +6,6 @@ line that names the key and what is accepted.
 """
 
 import math
-import os
 
 import ml_collections
 
@@ -34,19 +33,38 @@ def _at_least(key: str, value, minimum) -> None:
     raise UsageError(f'{key}={value!r} must be >= {minimum}')
 
 
+def profile_steps(text: str) -> tuple[int, int] | None:
+  """profile_steps 'A,B' -> (A, B) with 1 <= A < B; '' -> None."""
+  if not text:
+    return None
+  parts = text.split(',')
+  try:
+    first, end = (int(p) for p in parts)
+  except ValueError:
+    first = end = None
+  if first is None or not 1 <= first < end:
+    raise UsageError(f'profile_steps={text!r}: expected FIRST,END with '
+                     '1 <= FIRST < END (steps FIRST..END-1 are traced)')
+  return first, end
+
+
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Value checks that need neither devices nor data (input_pipeline checks
   config.data itself)."""
   # The accepted values come from models/ itself, so they cannot drift.
-  from models import registry, remat  # pylint: disable=g-import-not-at-top
+  from models import conv_forms, registry, remat  # pylint: disable=g-import-not-at-top
   _one_of('model.name', config.model.name, registry.MODEL_NAMES)
   _one_of('model.dtype', config.model.dtype, registry.DTYPES)
   _one_of('model.remat', config.model.remat, remat.MODES)
+  _one_of('model.conv_form', config.model.conv_form, ('auto',) + conv_forms.FORMS)
   _at_least('model.num_classes', config.model.num_classes, 0)
   _at_least('model.width', config.model.width, 0)
   _at_least('model.bn_group_size', config.model.bn_group_size, 0)
 
   _at_least('batch_size', config.batch_size, 1)
+  _at_least('bench.steps', config.bench.steps, 1)
+  _at_least('bench.warmup_steps', config.bench.warmup_steps, 0)
+  profile_steps(config.profile_steps)
   _at_least('num_train_steps', config.num_train_steps, 0)
   if config.num_train_steps == 0 and not config.num_epochs > 0:
     raise UsageError(f'num_epochs={config.num_epochs!r} must be > 0 '
@@ -88,10 +106,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _one_of('nonfinite', config.nonfinite, NONFINITE)
   _at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
   _at_least('init.checkpoint_step', config.init.checkpoint_step, -1)
-  if config.init.from_workdir and not os.path.isdir(
-      os.path.expanduser(config.init.from_workdir)):
-    raise UsageError(f'init.from_workdir={config.init.from_workdir!r}: no such '
-                     "directory; give another run's work dir")
+  # Whether init.from_workdir exists is for the trainer to check: only a run
+  # without a checkpoint of its own reads it (trainer/init_from.py).
 
   _at_least('log_every_steps', config.log_every_steps, 1)
   _at_least('eval_every_steps', config.eval_every_steps, 0)

@@ -22,6 +22,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.width = 0  # base width (ResNet stem channels); 0: published width
   config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
   config.model.bn_group_size = 0  # batch-norm statistics over groups of G examples (32 per worker in large-batch ImageNet); 0: the whole batch
+  config.model.conv_form = 'auto'  # how convolutions compute (models/conv_forms.py): auto (by_shape on CPU, xla elsewhere), xla, patches, by_shape; same parameters and results
 
   # --- Data ------------------------------------------------------------------
   config.data = ml_collections.ConfigDict()
@@ -110,6 +111,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint.keep_best = False  # also keep the checkpoint with the best eval accuracy
   config.checkpoint.async_save = True  # write checkpoints in the background
 
+  # --- Speed: --mode=bench and profiling ---------------------------------------
+  config.bench = ml_collections.ConfigDict()
+  config.bench.steps = 20  # timed steps (after the warm-up)
+  config.bench.warmup_steps = 3  # untimed steps after compiling
+  config.profile_steps = ''  # 'A,B': trace train steps A..B-1 with the JAX profiler into WORKDIR/profile (TensorBoard); '': off
+
   # --- Evaluation ------------------------------------------------------------
   config.eval = ml_collections.ConfigDict()
   config.eval.checkpoint_step = -1  # --mode=eval: step to restore; -1: latest
@@ -132,6 +139,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Processes agree on stops and time-based saves every this many steps
   # (trainer/agreement.py): a stop or save waits at most that long.
   config.runtime.agree_every_steps = 10
+  # Keep compiled programs in this folder (shared by every run that uses it)
+  # and load them instead of compiling again: restarts and evals start in
+  # seconds. '': compile every time.
+  config.runtime.compilation_cache_dir = ''
 
   # --- Starting from another run (fine-tuning) ---------------------------------
   config.init = ml_collections.ConfigDict()
@@ -143,6 +154,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.debug = ml_collections.ConfigDict()
   config.debug.nan_at_step = -1  # make the loss of this step NaN; -1: off
   config.debug.fail_at_step = -1  # raise an error after this step; -1: off
+  config.debug.pause_at_step = -1  # after this step, wait for SIGINT/SIGTERM (then save and stop); -1: off
   config.debug.fail_process = 0  # ... on this process (-1: on every one)
 
   return config

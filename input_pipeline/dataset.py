@@ -26,7 +26,7 @@ class Dataset(abc.ABC):
     num_eval_batches: batches `eval_batches` yields, the same on every process.
 
   Examples that cannot be decoded (a corrupt or truncated image) are skipped
-  and counted, never fatal: see `skipped_counts`.
+  and counted, never fatal: see `skipped_counts` and `unreadable_examples`.
   """
 
   def __init__(self, *, class_names: list[str], num_train_examples: int,
@@ -47,8 +47,10 @@ class Dataset(abc.ABC):
     self.seed = seed
     self.process_index = process_index
     self.process_count = process_count
-    # Updated by the sources that decode files as their batches are produced.
+    # Updated by the sources that decode files as their batches are produced:
+    # skip events, and the indices of the distinct examples skipped.
     self._skipped = {'train': 0, 'eval': 0}
+    self._unreadable = {'train': set(), 'eval': set()}
 
   def skipped_counts(self) -> dict[str, int]:
     """Unreadable examples that this process skipped, by split.
@@ -61,6 +63,20 @@ class Dataset(abc.ABC):
     these, summed over processes, are `num_eval_examples`.
     """
     return dict(self._skipped)
+
+  def unreadable_examples(self) -> dict[str, list[str]]:
+    """Names of the distinct examples this process found unreadable, by split.
+
+    Since this Dataset was made, each example once however often it was
+    read (a training example comes back every epoch). Names are the same on
+    every process, so the union over processes counts each example once.
+    """
+    return {split: sorted(self.example_name(split, i) for i in indices)
+            for split, indices in self._unreadable.items()}
+
+  def example_name(self, split: str, index: int) -> str:
+    """How an example is named to the user; sources of files say the file."""
+    return f'{split} example {index}'
 
   @abc.abstractmethod
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:

@@ -45,7 +45,10 @@ class FilesDataset(Dataset):
     return step_batches.batches(
         steps, load, split=split, local_batch=local_batch,
         image_size=self._image_size, prefetch=self._prefetch_batches,
-        skipped=self._skipped)
+        skipped=self._skipped, unreadable=self._unreadable)
+
+  def example_name(self, split: str, index: int) -> str:
+    return (self._train if split == 'train' else self._eval).paths[index]
 
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
     paths = tf.constant(self._train.paths)

@@ -250,8 +250,8 @@ def _redo_missing(steps: Steps, load: Callable, local_batch: int):
 
 
 def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
-            image_size: int, prefetch: int, skipped: dict[str, int]
-            ) -> Iterator[Batch]:
+            image_size: int, prefetch: int, skipped: dict[str, int],
+            unreadable: dict[str, set] | None = None) -> Iterator[Batch]:
   """Numpy batches, exactly one per step; unreadable examples are counted.
 
   Args:
@@ -263,6 +263,8 @@ def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
     image_size: side of the images.
     prefetch: batches prepared ahead.
     skipped: counts of skipped examples by split, updated in place.
+    unreadable: the indices of the skipped examples by split, added in place
+      (a set holds each once, however often it was read).
   """
   dataset = build(steps, load, local_batch=local_batch, prefetch=prefetch)
   redo = _redo_missing(steps, load, local_batch)
@@ -291,6 +293,8 @@ def batches(steps: Steps, load: Callable, *, split: str, local_batch: int,
     failed[decoded_slots] = False
     if failed.any():
       skipped[split] += int(failed.sum())
+      if unreadable is not None:
+        unreadable[split].update(indices[failed].tolist())
       logging.log_first_n(
           logging.WARNING, 'Skipped %d unreadable %s example(s), indices %s',
           _LOGGED_SKIPS, int(failed.sum()), split, indices[failed].tolist())

@@ -33,6 +33,7 @@ class TfdsDataset(Dataset):
       raise ValueError(f'unknown augmentation {augment!r}; one of '
                        f'{AUGMENTATIONS}')
     self._source = source
+    self._split_names = {'train': train_split, 'eval': eval_split}
     self._train = source.records(train_split)
     self._eval = source.records(eval_split)
     # The record counts come from the readers, not from the split metadata,
@@ -48,6 +49,10 @@ class TfdsDataset(Dataset):
     self._eval_crop_fraction = eval_crop_fraction
     self._prefetch_batches = prefetch_batches
     self._jpeg_only = source.is_jpeg_only()
+
+  def example_name(self, split: str, index: int) -> str:
+    """'train[1234]': the split's record, as a tfds split slice names it."""
+    return f'{self._split_names[split]}[{index}]'
 
   def _eval_view(self, encoded: tf.Tensor) -> tf.Tensor:
     return crops.center_crop(encoded, self._image_size,
@@ -74,7 +79,7 @@ class TfdsDataset(Dataset):
         _with_records(step_batches.train_steps(self, start_step), self._train),
         load, split='train', local_batch=self.local_batch_size,
         image_size=self._image_size, prefetch=self._prefetch_batches,
-        skipped=self._skipped)
+        skipped=self._skipped, unreadable=self._unreadable)
 
   def eval_batches(self) -> Iterator[Batch]:
     self._skipped['eval'] = 0
@@ -88,7 +93,7 @@ class TfdsDataset(Dataset):
         _with_records(step_batches.eval_steps(self), self._eval), load,
         split='eval', local_batch=self.local_eval_batch_size,
         image_size=self._image_size, prefetch=self._prefetch_batches,
-        skipped=self._skipped)
+        skipped=self._skipped, unreadable=self._unreadable)
 
 
 def _with_records(steps: step_batches.Steps, records) -> step_batches.Steps:

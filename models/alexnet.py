@@ -37,6 +37,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from models import conv_forms
 from models import remat as remat_lib
 
 _lp = nn.with_logical_partitioning
@@ -56,8 +57,9 @@ def scaled(channels: int, width: int) -> int:
 def conv(features: int, kernel: int, dtype: Any, *, strides: int = 1,
          padding: int | None = None, use_bias: bool = True,
          in_axis: str | None = 'conv_in', kernel_init=CONV_INIT,
-         name: str | None = None) -> nn.Conv:
-  """A conv with symmetric (torchvision) padding, kernel // 2 by default."""
+         conv_form: str = 'xla', name: str | None = None) -> nn.Conv:
+  """A conv with symmetric (torchvision) padding, kernel // 2 by default,
+  computed in `conv_form` (models/conv_forms.py)."""
   pad = kernel // 2 if padding is None else padding
   return nn.Conv(
       features, (kernel, kernel), strides=(strides, strides),
@@ -65,7 +67,7 @@ def conv(features: int, kernel: int, dtype: Any, *, strides: int = 1,
       param_dtype=jnp.float32,
       kernel_init=_lp(kernel_init, (None, None, in_axis, 'conv_out')),
       bias_init=_lp(nn.initializers.zeros, ('conv_out',)),
-      name=name)
+      conv_general_dilated=conv_forms.conv_function(conv_form), name=name)
 
 
 def dense(features: int, axes: tuple[str, str], dtype: Any,
@@ -158,11 +160,13 @@ class AlexNet(nn.Module):
     dtype: compute dtype; parameters are always float32. The final pooling
       and the logits are float32.
     remat: validated and ignored (see the module docstring).
+    conv_form: how convolutions are computed (models/conv_forms.py).
   """
   num_classes: int
   width: int = 64
   dtype: Any = jnp.float32
   remat: str = 'none'
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -170,14 +174,15 @@ class AlexNet(nn.Module):
     remat_lib.check_mode(self.remat)
     c = lambda channels: scaled(channels, self.width)
     x = jnp.asarray(x, self.dtype)
+    form = self.conv_form
     x = nn.relu(conv(c(64), 11, self.dtype, strides=4, padding=2,
-                     in_axis=None, name='conv1')(x))
+                     in_axis=None, conv_form=form, name='conv1')(x))
     x = max_pool(x, 3, 2)
-    x = nn.relu(conv(c(192), 5, self.dtype, name='conv2')(x))
+    x = nn.relu(conv(c(192), 5, self.dtype, conv_form=form, name='conv2')(x))
     x = max_pool(x, 3, 2)
-    x = nn.relu(conv(c(384), 3, self.dtype, name='conv3')(x))
-    x = nn.relu(conv(c(256), 3, self.dtype, name='conv4')(x))
-    x = nn.relu(conv(c(256), 3, self.dtype, name='conv5')(x))
+    x = nn.relu(conv(c(384), 3, self.dtype, conv_form=form, name='conv3')(x))
+    x = nn.relu(conv(c(256), 3, self.dtype, conv_form=form, name='conv4')(x))
+    x = nn.relu(conv(c(256), 3, self.dtype, conv_form=form, name='conv5')(x))
     x = max_pool(x, 3, 2)
     x = nn.with_logical_constraint(x, ACTIVATION_AXES)
     x = adaptive_avg_pool(x, (6, 6))

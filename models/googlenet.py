@@ -64,13 +64,14 @@ class BasicConv(nn.Module):
   first: bool = False  # The network's first conv: RGB input.
   dtype: Any = jnp.float32
   bn_group_size: int = 0
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x, train: bool):
     x = alexnet_lib.conv(
         self.features, self.kernel, self.dtype, strides=self.strides,
         use_bias=False, in_axis=None if self.first else 'conv_in',
-        kernel_init=_INIT, name='conv')(x)
+        kernel_init=_INIT, conv_form=self.conv_form, name='conv')(x)
     x = batch_norm_lib.batch_norm(
         train=train, group_size=self.bn_group_size, momentum=0.9,
         epsilon=1e-3, dtype=self.dtype, param_dtype=jnp.float32,
@@ -90,12 +91,13 @@ class Inception(nn.Module):
   pool_proj: int
   dtype: Any = jnp.float32
   bn_group_size: int = 0
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x, train: bool):
     basic = lambda features, kernel, name: BasicConv(
         features, kernel, dtype=self.dtype, bn_group_size=self.bn_group_size,
-        name=name)
+        conv_form=self.conv_form, name=name)
     branch1 = basic(self.ch1x1, 1, 'branch1')(x, train)
     branch2 = basic(self.ch3x3red, 1, 'branch2_reduce')(x, train)
     branch2 = basic(self.ch3x3, 3, 'branch2')(branch2, train)
@@ -119,12 +121,14 @@ class GoogLeNet(nn.Module):
       module recomputes in the backward pass.
     bn_group_size: batch-norm statistics over groups of this many examples;
       0: over the whole batch (models/batch_norm.py).
+    conv_form: how convolutions are computed (models/conv_forms.py).
   """
   num_classes: int
   width: int = 64
   dtype: Any = jnp.float32
   remat: str = 'none'
   bn_group_size: int = 0
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -134,7 +138,8 @@ class GoogLeNet(nn.Module):
     c = lambda channels: alexnet_lib.scaled(channels, self.width)
     basic = lambda features, kernel, name, **kw: BasicConv(
         c(features), kernel, dtype=self.dtype,
-        bn_group_size=self.bn_group_size, name=name, **kw)
+        bn_group_size=self.bn_group_size, conv_form=self.conv_form, name=name,
+        **kw)
 
     x = jnp.asarray(x, self.dtype)
     x = basic(64, 7, 'conv1', strides=2, first=True)(x, train)
@@ -149,7 +154,8 @@ class GoogLeNet(nn.Module):
         x = alexnet_lib.max_pool(x, spec, 2, ceil_mode=True)
       else:
         x = inception_cls(*(c(ch) for ch in spec), dtype=self.dtype,
-                          bn_group_size=self.bn_group_size, name=name)(x, train)
+                          bn_group_size=self.bn_group_size,
+                          conv_form=self.conv_form, name=name)(x, train)
       x = nn.with_logical_constraint(x, alexnet_lib.ACTIVATION_AXES)
 
     # Pool and classify in float32, as ResNet does.

@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from models import alexnet
+from models import conv_forms
 from models import googlenet
 from models import remat as remat_lib
 from models import resnet
@@ -72,7 +73,8 @@ MODEL_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
 def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
                  width: int = 0, remat: str = 'none', image_size: int = 224,
-                 bn_group_size: int = 0, **overrides: Any) -> nn.Module:
+                 bn_group_size: int = 0, conv_form: str = 'xla',
+                 **overrides: Any) -> nn.Module:
   """Builds the named model.
 
   Args:
@@ -90,11 +92,13 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
     image_size: input resolution; ViT sizes its position embedding by it.
     bn_group_size: models with batch norm: statistics over groups of this
       many examples (models/batch_norm.py); 0: over the whole batch.
+    conv_form: how convolutions are computed (models/conv_forms.py: xla,
+      patches, by_shape); parameters and results do not depend on it.
     **overrides: module fields to set directly, e.g. ViT's hidden_size,
       mlp_dim, num_heads, depth, or ResNet's stage_sizes.
 
   Raises:
-    ValueError: for an unknown name, dtype or remat mode.
+    ValueError: for an unknown name, dtype, remat mode or conv form.
   """
   if name not in _REGISTRY:
     raise ValueError(
@@ -103,10 +107,11 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
     raise ValueError(
         f'unknown dtype {dtype!r}; accepted: {", ".join(_DTYPES)}')
   remat_lib.check_mode(remat)
+  conv_forms.conv_function(conv_form)  # raises for an unknown form
   return _REGISTRY[name](
       num_classes=num_classes, dtype=_DTYPES[dtype], remat=remat,
       width=width, image_size=image_size, bn_group_size=bn_group_size,
-      **overrides)
+      conv_form=conv_form, **overrides)
 
 
 def has_batch_norm(name: str) -> bool:

@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from models import batch_norm as batch_norm_lib
+from models import conv_forms
 from models import remat as remat_lib
 
 # He et al. (2015) init for ReLU networks, fan_out as in torchvision.
@@ -28,8 +29,10 @@ _ACTIVATION_AXES = ('batch', None, None, None)
 
 
 def _conv(features: int, kernel: int, strides: int, dtype: Any,
-          name: str | None = None, in_axis: str | None = 'conv_in') -> nn.Conv:
-  """A bias-free conv with symmetric (torchvision) padding."""
+          name: str | None = None, in_axis: str | None = 'conv_in',
+          conv_form: str = 'xla') -> nn.Conv:
+  """A bias-free conv with symmetric (torchvision) padding, computed in
+  `conv_form` (models/conv_forms.py)."""
   pad = kernel // 2
   return nn.Conv(
       features, (kernel, kernel), strides=(strides, strides),
@@ -37,7 +40,7 @@ def _conv(features: int, kernel: int, strides: int, dtype: Any,
       param_dtype=jnp.float32,
       kernel_init=nn.with_logical_partitioning(
           _CONV_INIT, (None, None, in_axis, 'conv_out')),
-      name=name)
+      conv_general_dilated=conv_forms.conv_function(conv_form), name=name)
 
 
 def _batch_norm(train: bool, dtype: Any, group_size: int, zero_init: bool = False,
@@ -54,11 +57,12 @@ def _batch_norm(train: bool, dtype: Any, group_size: int, zero_init: bool = Fals
       name=name)
 
 
-def _shortcut(x, y, strides: int, train: bool, dtype: Any, bn_group_size: int):
+def _shortcut(x, y, strides: int, train: bool, dtype: Any, bn_group_size: int,
+              conv_form: str):
   """Identity, or a strided 1x1 projection when the shape changes."""
   if x.shape == y.shape:
     return x
-  x = _conv(y.shape[-1], 1, strides, dtype, name='proj_conv')(x)
+  x = _conv(y.shape[-1], 1, strides, dtype, name='proj_conv', conv_form=conv_form)(x)
   return _batch_norm(train, dtype, bn_group_size, name='proj_bn')(x)
 
 
@@ -68,16 +72,18 @@ class BasicBlock(nn.Module):
   strides: int = 1
   dtype: Any = jnp.float32
   bn_group_size: int = 0
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x, train: bool):
-    y = _conv(self.filters, 3, self.strides, self.dtype)(x)
+    y = _conv(self.filters, 3, self.strides, self.dtype, conv_form=self.conv_form)(x)
     y = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size)(y))
-    y = _conv(self.filters, 3, 1, self.dtype)(y)
+    y = _conv(self.filters, 3, 1, self.dtype, conv_form=self.conv_form)(y)
     # Zero-init of the last scale makes each block start as the identity,
     # which lets large batches train stably (Goyal et al. 2017).
     y = _batch_norm(train, self.dtype, self.bn_group_size, zero_init=True)(y)
-    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype, self.bn_group_size) + y)
+    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype, self.bn_group_size,
+                             self.conv_form) + y)
 
 
 class Bottleneck(nn.Module):
@@ -86,16 +92,18 @@ class Bottleneck(nn.Module):
   strides: int = 1
   dtype: Any = jnp.float32
   bn_group_size: int = 0
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x, train: bool):
-    y = _conv(self.filters, 1, 1, self.dtype)(x)
+    y = _conv(self.filters, 1, 1, self.dtype, conv_form=self.conv_form)(x)
     y = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size)(y))
-    y = _conv(self.filters, 3, self.strides, self.dtype)(y)
+    y = _conv(self.filters, 3, self.strides, self.dtype, conv_form=self.conv_form)(y)
     y = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size)(y))
-    y = _conv(self.filters * 4, 1, 1, self.dtype)(y)
+    y = _conv(self.filters * 4, 1, 1, self.dtype, conv_form=self.conv_form)(y)
     y = _batch_norm(train, self.dtype, self.bn_group_size, zero_init=True)(y)
-    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype, self.bn_group_size) + y)
+    return nn.relu(_shortcut(x, y, self.strides, train, self.dtype, self.bn_group_size,
+                             self.conv_form) + y)
 
 
 class ResNet(nn.Module):
@@ -112,6 +120,8 @@ class ResNet(nn.Module):
       recomputes in the backward pass.
     bn_group_size: batch-norm statistics over groups of this many examples;
       0: over the whole batch (models/batch_norm.py).
+    conv_form: how convolutions are computed (models/conv_forms.py); the
+      parameters and results do not depend on it.
   """
   stage_sizes: Sequence[int]
   block_cls: Callable[..., nn.Module]
@@ -120,6 +130,7 @@ class ResNet(nn.Module):
   dtype: Any = jnp.float32
   remat: str = 'none'
   bn_group_size: int = 0
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -130,7 +141,8 @@ class ResNet(nn.Module):
     x = jnp.asarray(x, self.dtype)
     # The 3 RGB channels cannot be split across devices, so the stem's input
     # axis has no logical name (like the ViT patch embedding).
-    x = _conv(self.width, 7, 2, self.dtype, name='stem_conv', in_axis=None)(x)
+    x = _conv(self.width, 7, 2, self.dtype, name='stem_conv', in_axis=None,
+              conv_form=self.conv_form)(x)
     x = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size, name='stem_bn')(x))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
@@ -140,7 +152,7 @@ class ResNet(nn.Module):
         strides = 2 if stage > 0 and block == 0 else 1
         x = block_cls(
             filters=self.width * 2**stage, strides=strides, dtype=self.dtype,
-            bn_group_size=self.bn_group_size,
+            bn_group_size=self.bn_group_size, conv_form=self.conv_form,
             name=f'stage{stage + 1}_block{block + 1}')(x, train)
       x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
 

@@ -45,13 +45,15 @@ class Stage(nn.Module):
   num_convs: int
   first: bool = False  # The network's first stage: RGB input.
   dtype: Any = jnp.float32
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x):
     for i in range(self.num_convs):
       in_axis = None if self.first and i == 0 else 'conv_in'
       x = nn.relu(alexnet_lib.conv(self.features, 3, self.dtype,
-                                   in_axis=in_axis, name=f'conv{i + 1}')(x))
+                                   in_axis=in_axis, conv_form=self.conv_form,
+                                   name=f'conv{i + 1}')(x))
     return alexnet_lib.max_pool(x, 2, 2)
 
 
@@ -67,12 +69,14 @@ class VGG(nn.Module):
       and the logits are float32.
     remat: 'none', 'full' or 'dots' (models/remat.py): what each stage
       recomputes in the backward pass.
+    conv_form: how convolutions are computed (models/conv_forms.py).
   """
   stage_sizes: Sequence[int]
   num_classes: int
   width: int = 64
   dtype: Any = jnp.float32
   remat: str = 'none'
+  conv_form: str = 'xla'
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -82,7 +86,8 @@ class VGG(nn.Module):
     x = jnp.asarray(x, self.dtype)
     for i, num_convs in enumerate(self.stage_sizes):
       x = stage_cls(c(min(64 * 2**i, 512)), num_convs, first=i == 0,
-                    dtype=self.dtype, name=f'stage{i + 1}')(x)
+                    dtype=self.dtype, conv_form=self.conv_form,
+                    name=f'stage{i + 1}')(x)
       x = nn.with_logical_constraint(x, alexnet_lib.ACTIVATION_AXES)
     x = alexnet_lib.adaptive_avg_pool(x, (7, 7))
     return alexnet_lib.classifier(x, hidden=c(4096),

@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from models import conv_forms
 from models import remat as remat_lib
 
 _lp = nn.with_logical_partitioning
@@ -143,6 +144,7 @@ class ViT(nn.Module):
   image_size: int = 224
   dtype: Any = jnp.float32
   remat: str = 'none'
+  conv_form: str = 'xla'  # the patch embedding's (models/conv_forms.py)
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -157,6 +159,7 @@ class ViT(nn.Module):
         kernel_init=_lp(nn.initializers.lecun_normal(),
                         (None, None, None, 'embed')),
         bias_init=_lp(nn.initializers.zeros, ('embed',)),
+        conv_general_dilated=conv_forms.conv_function(self.conv_form),
         name='embedding')(jnp.asarray(x, self.dtype))
     batch = x.shape[0]
     x = jnp.reshape(x, (batch, -1, self.hidden_size))

@@ -1,15 +1,22 @@
 """Checkpoints: equal state after save and restore, onto the same or another
-mesh; only complete checkpoints count; the last K are kept."""
+mesh; only complete checkpoints count; the last K are kept; evaluation and
+fine-tuning read the weights alone, straight onto their shardings."""
 
 import os
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from cli.errors import UsageError
+from configs import default
 from tests.test_train_step import _config, build, run_steps
 from trainer import checkpointing
+from trainer import evaluate
+from trainer import init_from
+from trainer import setup
+from trainer import state as state_lib
 
 
 @pytest.fixture(scope='module')
@@ -88,3 +95,76 @@ def test_restoring_into_another_shape_names_the_parameter_and_both_shapes(tmp_pa
                      r'the checkpoint but \(64, 7\)'):
     checkpointer.restore(2, target)
   checkpointer.close()
+
+
+# --- Restoring the weights alone (evaluation, fine-tuning) --------------------
+
+
+def _tiny_config(workdir_source=''):
+  """A 4-wide ResNet-18 with AdamW on synthetic data, its state split fsdp=8."""
+  config = default.get_config()
+  config.model.name, config.model.width = 'resnet18', 4
+  config.data.update(dict(source='synthetic', image_size=16, augment='none',
+                          num_synthetic_examples=16, num_synthetic_classes=5))
+  config.batch_size = config.eval.batch_size = 8
+  config.optimizer = 'adamw'
+  config.mesh.data, config.mesh.fsdp = 1, 8
+  config.init.from_workdir = workdir_source
+  return config
+
+
+@pytest.fixture(scope='module')
+def saved_run(tmp_path_factory):
+  """A work dir holding checkpoint 3 of a fresh tiny run, and that state."""
+  workdir = str(tmp_path_factory.mktemp('saved'))
+  exp = setup.build_experiment(_tiny_config(), workdir)
+  state = state_lib.create_train_state(exp.model, exp.tx, 16, exp.state_shardings, seed=0)
+  checkpointer = checkpointing.Checkpointer(workdir)
+  checkpointer.save(3, state, {'step': 3})
+  checkpointer.close()
+  return workdir, state
+
+
+@pytest.fixture
+def arrays_read(monkeypatch):
+  """The names and shardings of every array orbax restores, as {path: sharding}."""
+  read = {}
+  original = ocp.CheckpointManager.restore
+
+  def restore(self, step, *args, **kwargs):
+    restored = original(self, step, *args, **kwargs)
+    for path, leaf in checkpointing.flatten(restored.get('state', {})).items():
+      if isinstance(leaf, jax.Array):
+        read[path] = leaf.sharding
+    return restored
+  monkeypatch.setattr(ocp.CheckpointManager, 'restore', restore)
+  return read
+
+
+def _assert_read_only_weights_on_their_shardings(read, abstract_state):
+  assert read and not any(path.startswith('opt_state') for path in read), sorted(read)
+  expected = checkpointing.flatten(abstract_state)
+  for path, sharding in read.items():
+    assert sharding == expected[path].sharding, path
+  assert any(not s.is_fully_replicated for p, s in read.items() if p.startswith('params/'))
+
+
+def test_eval_mode_reads_only_weights_onto_the_target_sharding(saved_run, arrays_read):
+  workdir, state = saved_run
+  summary = evaluate.evaluate_checkpoint(_tiny_config(), workdir)
+  assert summary['step'] == 3 and summary['num_examples'] == 16
+  exp = setup.build_experiment(_tiny_config(), workdir)
+  _assert_read_only_weights_on_their_shardings(arrays_read, exp.abstract_state)
+
+
+def test_fine_tuning_reads_only_weights_onto_the_target_sharding(
+    saved_run, arrays_read, tmp_path):
+  source, saved = saved_run
+  config = _tiny_config(source)
+  config.mesh.data, config.mesh.fsdp = 2, 4  # another mesh than the source's
+  exp = setup.build_experiment(config, str(tmp_path))
+  fresh = state_lib.create_train_state(exp.model, exp.tx, 16, exp.state_shardings, seed=1)
+  tuned = init_from.initialize_from(fresh, config.init)
+  _assert_read_only_weights_on_their_shardings(arrays_read, exp.abstract_state)
+  _assert_trees_equal(tuned.params, saved.params)
+  _assert_trees_equal(tuned.opt_state, fresh.opt_state)  # afresh

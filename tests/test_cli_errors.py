@@ -1,11 +1,14 @@
 """Every bad flag or config value: exit 2, one line naming the key, no traceback,
 and an existing work dir left exactly as it was."""
 
+import ctypes
 import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.helpers import run_main
+from tests.helpers import REPO, run_main
 
 QUICK = '--config=configs/quickstart.py'
 
@@ -96,3 +99,46 @@ def test_a_step_that_does_not_fit_device_memory_stops_before_writing(tmp_path, s
   error = result.stderr.strip().splitlines()[-1]
   assert 'does not fit' in error and 'GiB short' in error and 'mesh.fsdp' in error
   assert not workdir.exists()
+
+
+def _without_root_override():
+  """For preexec_fn: root, too, obeys file permissions (CAP_DAC_OVERRIDE and
+  CAP_DAC_READ_SEARCH leave the bounding set, so the exec'd program lacks
+  them). Others obey them anyway."""
+  if os.geteuid() != 0:
+    return
+  libc = ctypes.CDLL(None, use_errno=True)
+  for capability in (1, 2):
+    if libc.prctl(24, capability, 0, 0, 0):  # PR_CAPBSET_DROP
+      raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
+
+
+def _unusable_workdir(tmp_path, kind):
+  if kind == 'a file':
+    (tmp_path / 'run').write_text('user data')
+    return tmp_path / 'run', 'is not a directory'
+  if kind == 'under a file':
+    (tmp_path / 'notes').write_text('user data')
+    return tmp_path / 'notes' / 'run', 'cannot be created'
+  (tmp_path / 'locked').mkdir()
+  (tmp_path / 'locked').chmod(0o500)
+  if kind == 'in a read-only dir':
+    return tmp_path / 'locked' / 'run', 'cannot be created'
+  return tmp_path / 'locked', 'cannot be written'  # a read-only dir itself
+
+
+@pytest.mark.parametrize('kind', ['a file', 'under a file', 'in a read-only dir',
+                                  'a read-only dir'])
+@pytest.mark.parametrize('mode', ['train', 'eval'])
+def test_an_unusable_workdir_exits_2_with_one_line_before_any_work(tmp_path, kind, mode):
+  workdir, fragment = _unusable_workdir(tmp_path, kind)
+  before = sorted(str(p) for p in tmp_path.rglob('*'))
+  result = subprocess.run(
+      [sys.executable, 'main.py', f'--workdir={workdir}', f'--mode={mode}', QUICK],
+      cwd=REPO, capture_output=True, text=True, timeout=120,
+      preexec_fn=_without_root_override)
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith(f'error: --workdir={workdir}: ') and fragment in lines[0]
+  assert sorted(str(p) for p in tmp_path.rglob('*')) == before

@@ -2,13 +2,17 @@
 
 import json
 import os
+import re
+import shutil
 import signal
-import time
+import threading
+import types
 
 import pytest
 
 from tests.helpers import run_main
 from trainer import metrics_log
+from trainer import unreadable
 
 STEPS = 8
 
@@ -83,81 +87,154 @@ def test_rerun_with_another_model_in_the_same_workdir_is_refused(trained_workdir
   assert os.path.getsize(os.path.join(trained_workdir, 'metrics.jsonl')) == before
 
 
-def _wait_for_train_record(workdir, min_step, process, timeout=300):
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    if any(r['step'] >= min_step for r in _records(workdir, 'train')):
-      return
-    assert process.poll() is None, process.communicate()[1][-3000:]
-    time.sleep(0.05)
-  raise TimeoutError('training made no progress')
+class StderrLines:
+  """The lines a background run writes to standard error, as they come."""
+
+  def __init__(self, process):
+    self.lines, self._done = [], False
+    self._changed = threading.Condition()
+    self._reader = threading.Thread(target=self._read, args=(process.stderr,),
+                                    daemon=True)
+    self._reader.start()
+
+  def _read(self, stream):
+    for line in stream:
+      with self._changed:
+        self.lines.append(line)
+        self._changed.notify_all()
+    with self._changed:
+      self._done = True
+      self._changed.notify_all()
+
+  def wait_for(self, fragment: str, timeout: float = 300) -> None:
+    """Returns once a line contains `fragment`; fails if the run ends first."""
+    seen = lambda: any(fragment in line for line in self.lines)
+    with self._changed:
+      self._changed.wait_for(lambda: seen() or self._done, timeout)
+      assert seen(), f'no line with {fragment!r}:\n' + ''.join(self.lines[-40:])
+
+  def text(self) -> str:
+    """Everything, once the process has ended."""
+    self._reader.join()
+    return ''.join(self.lines)
 
 
-def _interrupt(workdir, process, after_step, sig):
-  """Sends `sig` once training passed `after_step`; returns the step it stopped at."""
-  _wait_for_train_record(workdir, after_step, process)
+def _pause_and_signal(workdir, step, sig, *args):
+  """Runs until the pause after `step` (debug.pause_at_step), sends `sig`;
+  returns the run's standard error. The run then saves and exits 75."""
+  process = run_main(f'--workdir={workdir}', *args,
+                     f'--config.debug.pause_at_step={step}', background=True)
+  stderr = StderrLines(process)
+  stderr.wait_for(f'Paused at step {step}')
   process.send_signal(sig)
-  _, stderr = process.communicate(timeout=300)
-  assert process.returncode == 75, stderr[-3000:]
-  return max(r['step'] for r in _records(workdir, 'train'))
+  process.wait(timeout=300)
+  assert process.returncode == 75, stderr.text()[-3000:]
+  return stderr.text()
 
 
 def test_ctrl_c_and_sigterm_save_and_reruns_continue_with_identical_losses(
     tmp_path, shapes_dir):
-  # Steps take ~30 ms here: enough of them that a signal sent on seeing a
-  # step's record still arrives before the run ends.
-  flags = dict(num_train_steps=40, log_every_steps=1, eval_every_steps=100,
+  # The run pauses at a chosen step until the signal comes, so the test does
+  # not depend on how long a step takes.
+  flags = dict(num_train_steps=10, log_every_steps=1, eval_every_steps=100,
                **{'checkpoint.every_steps': 100})
   straight = str(tmp_path / 'straight')
   result = run_main(f'--workdir={straight}', *tiny_run_flags(shapes_dir, **flags))
   assert result.returncode == 0, result.stderr[-3000:]
 
   interrupted = str(tmp_path / 'interrupted')
-  process = run_main(f'--workdir={interrupted}', *tiny_run_flags(shapes_dir, **flags),
-                     background=True)
-  first_stop = _interrupt(interrupted, process, 3, signal.SIGINT)  # Ctrl-C
-  assert first_stop < 40
-  assert os.listdir(os.path.join(interrupted, 'checkpoints')) == [str(first_stop)]
+  _pause_and_signal(interrupted, 3, signal.SIGINT,  # Ctrl-C
+                    *tiny_run_flags(shapes_dir, **flags))
+  assert os.listdir(os.path.join(interrupted, 'checkpoints')) == ['3']
+  assert max(r['step'] for r in _records(interrupted, 'train')) == 3
 
   # The same command again, no --config: the saved config.json is the base.
   # This time a preemption notice (SIGTERM) stops it.
-  process = run_main(f'--workdir={interrupted}', background=True)
-  second_stop = _interrupt(interrupted, process, first_stop + 2, signal.SIGTERM)
-  assert first_stop < second_stop < 40
+  _pause_and_signal(interrupted, 6, signal.SIGTERM)
+  assert sorted(os.listdir(os.path.join(interrupted, 'checkpoints'))) == ['3', '6']
 
   result = run_main(f'--workdir={interrupted}')
   assert result.returncode == 0, result.stderr[-3000:]
-  assert f'Resuming from step {second_stop}' in result.stderr
+  assert 'Resuming from step 6' in result.stderr
   losses = lambda w: {r['step']: r['loss'] for r in _records(w, 'train')}
   assert losses(interrupted) == losses(straight)  # bitwise: same floats
 
 
+CORRUPT = b'\xff\xd8\xff not an image'
+
+
 def _three_class_folder(shapes_dir, root):
-  """A user's data set with other classes: three of the shapes classes."""
+  """A user's data set with other classes: three of the shapes classes, 20
+  training images each (so that every step reads all of them), and one
+  unreadable image in each split."""
   classes = sorted(os.listdir(os.path.join(shapes_dir, 'train')))[:3]
-  for split in ('train', 'val'):
-    os.makedirs(root / split)
+  for split, count in (('train', 20), ('val', None)):
     for name in classes:
-      os.symlink(os.path.join(shapes_dir, split, name), root / split / f'my_{name}')
+      source = os.path.join(shapes_dir, split, name)
+      os.makedirs(root / split / f'my_{name}')
+      for image in sorted(os.listdir(source))[:count]:
+        os.symlink(os.path.join(source, image), root / split / f'my_{name}' / image)
+    (root / split / f'my_{classes[0]}' / 'broken.jpg').write_bytes(CORRUPT)
   return str(root)
 
 
-def test_fine_tuning_from_a_checkpoint_with_a_new_head_trains(
-    trained_workdir, shapes_dir, tmp_path):
-  data = _three_class_folder(shapes_dir, tmp_path / 'mine')
-  flags = tiny_run_flags(data, **{'data.source': 'folder',
-                                  'init.from_workdir': trained_workdir})
-  refused = run_main(f'--workdir={tmp_path / "refused"}', *flags)
+@pytest.fixture(scope='module')
+def fine_tuned(trained_workdir, shapes_dir, tmp_path_factory):
+  """A run fine-tuned from a copy of trained_workdir (which a test deletes)."""
+  root = tmp_path_factory.mktemp('tune')
+  source = str(root / 'source')
+  shutil.copytree(trained_workdir, source)
+  data = _three_class_folder(shapes_dir, root / 'mine')
+  flags = tiny_run_flags(data, **{'data.source': 'folder', 'init.from_workdir': source})
+  workdir = str(root / 'tuned')
+  result = run_main(f'--workdir={workdir}', *flags, '--config.init.reset_head=true')
+  assert result.returncode == 0, result.stderr[-3000:]
+  return types.SimpleNamespace(workdir=workdir, source=source, data=data,
+                               flags=flags, stderr=result.stderr)
+
+
+def test_fine_tuning_from_a_checkpoint_with_a_new_head_trains(fine_tuned, tmp_path):
+  refused = run_main(f'--workdir={tmp_path / "refused"}', *fine_tuned.flags)
   assert refused.returncode == 2
   error = refused.stderr.strip().splitlines()[-1]
   assert 'params/head/' in error and '(10,' in error and 'init.reset_head' in error
   assert not os.path.exists(tmp_path / 'refused')
 
-  workdir = str(tmp_path / 'tuned')
-  result = run_main(f'--workdir={workdir}', *flags, '--config.init.reset_head=true')
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert 'fresh: params/head/bias, params/head/kernel' in result.stderr
-  evals = _records(workdir, 'eval')
+  assert 'fresh: params/head/bias, params/head/kernel' in fine_tuned.stderr
+  evals = _records(fine_tuned.workdir, 'eval')
   assert evals[-1]['num_examples'] == 180  # 3 classes x 60 validation images
-  train = _records(workdir, 'train')
+  train = _records(fine_tuned.workdir, 'train')
   assert train[-1]['loss'] < train[0]['loss']
+
+
+def test_unreadable_files_are_counted_and_named_once_over_epochs(fine_tuned):
+  # Every step reads every training image, the broken one included.
+  assert len(re.findall(r'Skipped \d+ unreadable train example', fine_tuned.stderr)) >= 2
+  broken = [os.path.join(fine_tuned.data, split, name, 'broken.jpg')
+            for split, name in (('train', _first_class(fine_tuned.data, 'train')),
+                                ('val', _first_class(fine_tuned.data, 'val')))]
+  assert unreadable.read(fine_tuned.workdir) == sorted(broken)
+  assert _records(fine_tuned.workdir, 'train')[-1]['num_unreadable_files'] == 2
+  assert all(r['num_unreadable'] == 1 for r in _records(fine_tuned.workdir, 'eval'))
+
+
+def _first_class(data, split):
+  return sorted(os.listdir(os.path.join(data, split)))[0]
+
+
+# Last in this file: it deletes the fine-tuning source and extends the run.
+def test_resuming_a_fine_tuned_run_needs_no_source_and_warns_of_a_new_schedule(
+    fine_tuned):
+  shutil.rmtree(fine_tuned.source)
+  # The same command (init.from_workdir still names the source), two steps
+  # longer: the cosine schedule is rebuilt over 10 steps instead of 8.
+  result = run_main(f'--workdir={fine_tuned.workdir}', *fine_tuned.flags,
+                    '--config.init.reset_head=true', '--config.num_train_steps=10')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Resuming from step 8' in result.stderr
+  warning = [l for l in result.stderr.splitlines() if 'rate jumps' in l]
+  assert len(warning) == 1 and '(8 -> 10 steps)' in warning[0], result.stderr[-3000:]
+  assert 'at step 8 the rate jumps from ' in warning[0]
+  assert max(r['step'] for r in _records(fine_tuned.workdir, 'train')) == 10
+  # The broken images were read again, and are still listed once.
+  assert len(unreadable.read(fine_tuned.workdir)) == 2

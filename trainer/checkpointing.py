@@ -6,7 +6,9 @@ also the data position, since the training stream is a pure function of
 a temporary directory and renames it when complete, so an interrupted save is
 never mistaken for a checkpoint. Restoring takes the abstract state with the
 *current* mesh's shardings, so a checkpoint written on one mesh or device
-count restores onto another.
+count restores onto another. Evaluation and fine-tuning restore the weights
+alone (`restore_weights`): the optimiser state, twice the parameters' bytes
+with AdamW, is never read.
 """
 
 import os
@@ -50,6 +52,53 @@ def flatten(tree) -> dict:
   return {path_str(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+def unflatten(flat: dict) -> dict:
+  """The nested dicts of `flatten`'s output (for trees of dicts)."""
+  tree: dict = {}
+  for path, leaf in flat.items():
+    *parents, name = path.split('/')
+    node = tree
+    for part in parents:
+      node = node.setdefault(part, {})
+    node[name] = leaf
+  return tree
+
+
+def latest_step(workdir: str) -> int | None:
+  """The work dir's latest complete checkpoint, without creating anything."""
+  directory = os.path.abspath(os.path.join(workdir, LATEST_DIR))
+  if not os.path.isdir(directory):
+    return None
+  manager = ocp.CheckpointManager(
+      directory, options=ocp.CheckpointManagerOptions(create=False),
+      item_handlers=item_handlers())
+  step = manager.latest_step()
+  manager.close()
+  return step
+
+
+def restore_subset(directory: str, step: int, target: dict) -> dict:
+  """The leaves of checkpoint `step` that `target` names, and no others.
+
+  `target`: nested dicts of jax.ShapeDtypeStruct, a part of the saved state
+  tree (e.g. {'params': ..., 'batch_stats': ...}); each array is read
+  straight onto its sharding, so a device only ever holds its own shards.
+  The saved tree's other leaves (the optimiser state) are not read at all.
+  """
+  # The PyTree handler reads what the Standard one wrote; only it restores a
+  # part of a tree.
+  manager = ocp.CheckpointManager(
+      os.path.abspath(directory), options=ocp.CheckpointManagerOptions(create=False),
+      item_handlers={'state': ocp.PyTreeCheckpointHandler()})
+  try:
+    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+        target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+        partial_restore=True)))['state']
+  finally:
+    manager.close()
+  return restored
+
+
 def check_shapes(saved, expected, source: str) -> None:
   """UsageError naming the first array whose saved shape is not the expected."""
   saved, expected = flatten(saved), flatten(expected)
@@ -59,6 +108,12 @@ def check_shapes(saved, expected, source: str) -> None:
       found = 'absent' if have is None else tuple(have.shape)
       raise UsageError(f'{source}: {path} has shape {found} in the checkpoint but '
                        f'{tuple(want.shape)} in this run')
+
+
+def _without_empty(tree: dict) -> dict:
+  """`tree` less its empty sub-dicts (ViT has no batch statistics), which a
+  partial restore cannot match."""
+  return {k: v for k, v in tree.items() if not isinstance(v, dict) or jax.tree.leaves(v)}
 
 
 class Checkpointer:
@@ -105,6 +160,21 @@ class Checkpointer:
         meta=ocp.args.JsonRestore()))
     logging.info('Restored checkpoint %d from %s', step, self._latest.directory)
     return restored['state'], restored['meta']
+
+  def restore_weights(self, step: int, abstract_state):
+    """`abstract_state` with the step, parameters and batch statistics of
+    checkpoint `step` (on their shardings) and opt_state=None: what
+    evaluation needs, without reading the optimiser state."""
+    weights = {'step': abstract_state.step, 'params': abstract_state.params,
+               'batch_stats': abstract_state.batch_stats}
+    check_shapes(self._latest.item_metadata(step)['state'], weights,
+                 f'checkpoint {step} in {self._latest.directory}')
+    restored = restore_subset(self._latest.directory, step, _without_empty(weights))
+    logging.info('Restored the weights of checkpoint %d from %s', step,
+                 self._latest.directory)
+    return abstract_state.replace(step=restored['step'], params=restored['params'],
+                                  batch_stats=restored.get('batch_stats', {}),
+                                  opt_state=None)
 
   def wait(self) -> None:
     """Blocks until every started save is on disk."""

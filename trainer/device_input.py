@@ -20,6 +20,7 @@ class DevicePrefetcher:
   The host-to-device copy is asynchronous, so starting it a step early hides
   it behind compute. `wait_s` accumulates the time the loop spent waiting for
   the host pipeline, the figure that says whether input is the bottleneck.
+  A finite stream (evaluation) ends after its last batch.
   """
 
   def __init__(self, host_batches: Iterator[dict], sharding, size: int = 2):
@@ -27,20 +28,26 @@ class DevicePrefetcher:
     self._sharding = sharding
     self._queue = collections.deque()
     self._size = max(size, 1)
+    self._exhausted = False
     self.wait_s = 0.0
 
   def _fill(self) -> None:
-    while len(self._queue) < self._size:
+    while len(self._queue) < self._size and not self._exhausted:
       start = time.perf_counter()
-      batch = next(self._host)
+      batch = next(self._host, None)
       self.wait_s += time.perf_counter() - start
-      self._queue.append(to_global(batch, self._sharding))
+      if batch is None:
+        self._exhausted = True
+      else:
+        self._queue.append(to_global(batch, self._sharding))
 
   def __iter__(self):
     return self
 
   def __next__(self) -> dict[str, jax.Array]:
     self._fill()
+    if not self._queue:
+      raise StopIteration
     return self._queue.popleft()
 
   def pop_wait_s(self) -> float:

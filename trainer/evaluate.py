@@ -1,5 +1,6 @@
 """Evaluation: the compiled eval step, a full pass, and --mode=eval."""
 
+import dataclasses
 import functools
 import json
 
@@ -14,6 +15,7 @@ from trainer import device_input
 from trainer import metrics_log
 from trainer import setup
 from trainer import steps
+from trainer import unreadable
 
 
 def compile_eval_step(exp: setup.Experiment):
@@ -58,8 +60,18 @@ def summary_json(summary: dict) -> str:
   return json.dumps({k: summary[k] for k in keys})
 
 
+def weights_only(exp: setup.Experiment) -> setup.Experiment:
+  """`exp` for a state without optimiser state (opt_state=None), as
+  Checkpointer.restore_weights gives it: the eval step never reads it."""
+  return dataclasses.replace(
+      exp, state_shardings=exp.state_shardings.replace(opt_state=None),
+      abstract_state=exp.abstract_state.replace(opt_state=None))
+
+
 def evaluate_checkpoint(config, workdir: str) -> dict:
-  """--mode=eval: restore a checkpoint, evaluate, log, return the summary."""
+  """--mode=eval: restore a checkpoint's weights, evaluate, log, return the
+  summary. The optimiser state is not read: the parameters and batch
+  statistics go straight onto their shardings."""
   exp = setup.build_experiment(config, workdir)
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.checkpoint.keep)
   available = checkpointer.all_steps()
@@ -71,9 +83,12 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
   elif step not in available:
     raise UsageError(f'eval.checkpoint_step={step}: no such checkpoint; '
                      f'available: {", ".join(map(str, sorted(available))) or "none"}')
-  state, _ = checkpointer.restore(step, exp.abstract_state)
+  state = checkpointer.restore_weights(step, exp.abstract_state)
   checkpointer.close()
+  exp = weights_only(exp)
   summary = {'step': step, **run_evaluation(exp, compile_eval_step(exp), state)}
+  unreadable.UnreadableExamples(workdir, exp.dataset, process_count=jax.process_count(),
+                                is_chief=jax.process_index() == 0).update()
   log = metrics_log.MetricsLog(workdir, enabled=jax.process_index() == 0)
   log.write({'split': 'eval', 'source': 'eval_mode', **summary})
   log.close()

@@ -6,7 +6,14 @@ this run's shardings (any mesh), everything else keeps its fresh
 initialisation only where that is asked for: the classifier head, when
 `init.reset_head` is set, so that a model trained on one set of classes can be
 fine-tuned on another. Any other mismatch is an error naming the parameter
-path and both shapes. Optimiser state and the step start afresh.
+path and both shapes. Optimiser state and the step start afresh: only the
+arrays taken are read from the source, each straight onto its sharding here
+(the source's optimiser state, twice its parameters with AdamW, is never
+read).
+
+The source is read only to start a run: once the run has a checkpoint of its
+own, resuming it needs neither init.* nor the source work dir
+(trainer/train.py).
 """
 
 import os
@@ -28,41 +35,40 @@ def source_directory(init_from: str) -> str:
   return nested if os.path.isdir(nested) else path
 
 
-def _replicated(state) -> jax.sharding.NamedSharding:
-  """Replicated over the mesh `state`'s parameters live on."""
-  mesh = jax.tree.leaves(state.params)[0].sharding.mesh
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-
 def _plan(state, init_config):
   """What to restore from where; UsageError if the checkpoint does not fit.
 
   `state` may be abstract (shapes and shardings only).
   """
   directory = source_directory(init_config.from_workdir)
-  manager = ocp.CheckpointManager(directory,
-                                  item_handlers=checkpointing.item_handlers())
-  steps = list(manager.all_steps())
-  if not steps:
-    raise UsageError(f'init.from_workdir={init_config.from_workdir}: no checkpoint '
-                     f'in {directory}')
-  step = init_config.checkpoint_step if init_config.checkpoint_step >= 0 else max(steps)
-  if step not in steps:
-    raise UsageError(f'init.checkpoint_step={step}: not in {directory}; available: '
-                     f'{", ".join(map(str, sorted(steps)))}')
-  source = manager.item_metadata(step)['state']
+  if not os.path.isdir(directory):
+    raise UsageError(f'init.from_workdir={init_config.from_workdir!r}: no such '
+                     "directory; give another run's work dir")
+  manager = ocp.CheckpointManager(
+      directory, options=ocp.CheckpointManagerOptions(create=False),
+      item_handlers=checkpointing.item_handlers())
+  try:
+    steps = list(manager.all_steps())
+    if not steps:
+      raise UsageError(f'init.from_workdir={init_config.from_workdir}: no checkpoint '
+                       f'in {directory}')
+    step = init_config.checkpoint_step if init_config.checkpoint_step >= 0 else max(steps)
+    if step not in steps:
+      raise UsageError(f'init.checkpoint_step={step}: not in {directory}; available: '
+                       f'{", ".join(map(str, sorted(steps)))}')
+    source = manager.item_metadata(step)['state']
+  finally:
+    manager.close()
 
   ours = checkpointing.flatten({'params': state.params, 'batch_stats': state.batch_stats})
   theirs = checkpointing.flatten({'params': source['params'], 'batch_stats': source['batch_stats']})
-  replicated = _replicated(state)
-  target, take = {}, set()
+  target = {}
   for path, meta in theirs.items():
     mine = ours.get(path)
     if mine is not None and tuple(mine.shape) == tuple(meta.shape):
       target[path] = jax.ShapeDtypeStruct(mine.shape, mine.dtype, sharding=mine.sharding)
-      take.add(path)
     elif init_config.reset_head and path.startswith('params/' + HEAD_PREFIX):
-      target[path] = jax.ShapeDtypeStruct(meta.shape, meta.dtype, sharding=replicated)
+      continue  # keeps its fresh initialisation
     else:
       mine_shape = 'absent' if mine is None else tuple(mine.shape)
       hint = (' (a different number of classes? set init.reset_head=true)'
@@ -74,40 +80,25 @@ def _plan(state, init_config):
   if missing:
     raise UsageError(f'init.from_workdir: this model has parameters the '
                      f'checkpoint lacks, e.g. {missing[0]}')
-  return manager, step, source, target, take, ours
+  return directory, step, target, ours
 
 
 def check(abstract_state, init_config) -> None:
   """Validates init.* against this run's state before anything is written."""
-  _plan(abstract_state, init_config)[0].close()
+  _plan(abstract_state, init_config)
 
 
 def initialize_from(state, init_config):
   """`state` with parameters and batch statistics taken from the source run."""
-  manager, step, source, target, take, ours = _plan(state, init_config)
-  directory = manager.directory
-  replicated = _replicated(state)
+  directory, step, target, ours = _plan(state, init_config)
+  loaded = checkpointing.flatten(
+      checkpointing.restore_subset(directory, step, checkpointing.unflatten(target)))
 
-  # Restore the whole saved tree (StandardRestore needs all of it); leaves we
-  # do not take (the optimiser state, a replaced head) land replicated and are
-  # dropped right away.
-  def to_target(path, meta):
-    name = checkpointing.path_str(path)
-    if name in target:
-      return target[name]
-    return jax.ShapeDtypeStruct(meta.shape, meta.dtype, sharding=replicated)
-  full_target = jax.tree_util.tree_map_with_path(to_target, source)
-  restored = manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(full_target)))['state']
-  manager.close()
-
-  loaded = checkpointing.flatten({'params': restored['params'], 'batch_stats': restored['batch_stats']})
   def pick(path, fresh):
-    name = checkpointing.path_str(path)
-    return loaded[name] if name in take else fresh
+    return loaded.get(checkpointing.path_str(path), fresh)
   new = jax.tree_util.tree_map_with_path(
       pick, {'params': state.params, 'batch_stats': state.batch_stats})
-  kept_fresh = sorted(set(ours) - take)
+  kept_fresh = sorted(set(ours) - set(target))
   logging.info('Initialised from %s step %d: %d arrays restored, fresh: %s',
-               directory, step, len(take), ', '.join(kept_fresh) or 'none')
+               directory, step, len(target), ', '.join(kept_fresh) or 'none')
   return state.replace(params=new['params'], batch_stats=new['batch_stats'])

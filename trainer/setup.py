@@ -55,12 +55,20 @@ def training_length(config, num_train_examples: int) -> tuple[int, int]:
   return steps_per_epoch, max(int(math.ceil(config.num_epochs * steps_per_epoch)), 1)
 
 
+def conv_form(config) -> str:
+  """model.conv_form with 'auto' resolved for the platform at hand: XLA's
+  convolution wins on GPUs and TPUs, the patches on CPU (models/conv_forms.py)."""
+  if config.model.conv_form != 'auto':
+    return config.model.conv_form
+  return 'by_shape' if jax.default_backend() == 'cpu' else 'xla'
+
+
 def create_model(config, num_classes: int) -> nn.Module:
   return registry.create_model(
       config.model.name, num_classes=num_classes, dtype=config.model.dtype,
       width=config.model.width, remat=config.model.remat,
       bn_group_size=config.model.bn_group_size,
-      image_size=config.data.image_size)
+      image_size=config.data.image_size, conv_form=conv_form(config))
 
 
 def resolve_num_classes(config, dataset) -> int:

@@ -19,9 +19,11 @@ from trainer import engines
 from trainer import init_from
 from trainer import metrics_log
 from trainer import agreement as agreement_lib
+from trainer import optim
 from trainer import preemption
 from trainer import setup
 from trainer import state as state_lib
+from trainer import unreadable
 
 
 class NonFiniteLoss(RunFailure):
@@ -52,12 +54,24 @@ def _prepare_workdir(exp: setup.Experiment, workdir: str) -> None:
     folder.write_class_map(class_map_path, exp.dataset.class_names)
 
 
-def _initial_state(exp: setup.Experiment, checkpointer: checkpointing.Checkpointer):
-  """The latest checkpoint's state if there is one, else a fresh state."""
+def _initial_state(exp: setup.Experiment, checkpointer: checkpointing.Checkpointer,
+                   saved_length: tuple[int, int] | None):
+  """The latest checkpoint's state if there is one, else a fresh state.
+
+  saved_length: (steps per epoch, total steps) of the saved config, for
+  checkpoints whose metadata predates recording them.
+  """
   latest = checkpointer.latest_step()
   if latest is not None:
-    state, _ = checkpointer.restore(latest, exp.abstract_state)
+    state, meta = checkpointer.restore(latest, exp.abstract_state)
     logging.info('Resuming from step %d', latest)
+    if 'total_steps' in meta:
+      saved_length = (meta['steps_per_epoch'], meta['total_steps'])
+    if saved_length is not None:
+      warning = schedule_change_warning(exp.config, latest, saved_length,
+                                        (exp.steps_per_epoch, exp.total_steps))
+      if warning:
+        logging.warning('%s', warning)
     return state
   state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
                                        exp.state_shardings, exp.config.seed)
@@ -68,17 +82,43 @@ def _initial_state(exp: setup.Experiment, checkpointer: checkpointing.Checkpoint
   return state
 
 
+def schedule_change_warning(config, step: int, old_length: tuple[int, int],
+                            new_length: tuple[int, int]) -> str | None:
+  """What a resumed run must be told when its schedule changed length.
+
+  The cosine schedule is a function of the training length, so changing
+  num_train_steps or num_epochs (or the data's size, with num_epochs) on
+  resume rebuilds it: at the resume step the rate jumps. Lengths are
+  (steps per epoch, total steps). None when the rate at `step` is the same.
+  """
+  if tuple(old_length) == tuple(new_length):
+    return None
+  old_rate = float(optim.create_learning_rate_fn(config, *old_length)(step))
+  new_rate = float(optim.create_learning_rate_fn(config, *new_length)(step))
+  if old_rate == new_rate:
+    return None
+  return (f'the training length changed on resume ({old_length[1]} -> '
+          f'{new_length[1]} steps), so the learning-rate schedule is rebuilt '
+          f'over the new length: at step {step} the rate jumps from '
+          f'{old_rate:.6g} to {new_rate:.6g}')
+
+
 def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   """Trains to config's length, resuming from the work dir's latest checkpoint."""
   # --- Mesh, data, model, optimiser: everything the config determines.
   exp = setup.build_experiment(config, workdir)
+  # init.* says how a run starts: once the work dir has a checkpoint, the
+  # source is neither read nor needed (it may be gone).
+  if config.init.from_workdir and checkpointing.latest_step(workdir) is None:
+    init_from.check(exp.abstract_state, config.init)
   # --- Engine and steps: compiled (and the engine's config checked) before
   # the work dir is touched, so a config that does not fit the device memory
   # or the engine stops here with nothing written.
   engine = engines.create_engine(exp)
   eval_fn = evaluate.compile_eval_step(exp)
-  if config.init.from_workdir:
-    init_from.check(exp.abstract_state, config.init)
+  saved = config_loader.load_saved(workdir)  # before this run's replaces it
+  saved_length = (setup.training_length(saved, exp.dataset.num_train_examples)
+                  if saved is not None else None)
   _prepare_workdir(exp, workdir)
   is_chief = jax.process_index() == 0
   log = metrics_log.MetricsLog(workdir, enabled=is_chief)
@@ -86,9 +126,12 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
       workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save,
       keep_best=config.checkpoint.keep_best)
   stop = preemption.StopRequest()
+  unreadable_examples = unreadable.UnreadableExamples(
+      workdir, exp.dataset, process_count=jax.process_count(), is_chief=is_chief)
   outcome, error = None, None
   try:
-    outcome = _train_loop(exp, engine, eval_fn, log, checkpointer, stop)
+    outcome = _train_loop(exp, engine, eval_fn, log, checkpointer, stop,
+                          unreadable_examples, saved_length)
   except Exception as e:  # pylint: disable=broad-except
     error = e
   finally:
@@ -107,16 +150,22 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
       error = error or e
   if error is not None:
     if _is_disk_full(error):
-      kept = checkpointing.Checkpointer(workdir, keep=config.checkpoint.keep).latest_step()
+      kept = checkpointing.latest_step(workdir)
+      cause = _disk_full_cause(error)
+      remedy = ('raise the file size limit (ulimit -f)' if cause == _FILE_TOO_LARGE
+                else 'free space')
       raise RunFailure(
-          f'disk full while writing to {workdir} ({_disk_full_cause(error)}); the '
-          f'last complete checkpoint (step {kept}) is intact: free space and '
-          'rerun the same command to resume') from error
+          f'disk full while writing to {workdir} ({cause}); the last complete '
+          f'checkpoint (step {kept}) is intact: {remedy} and rerun the same '
+          'command to resume') from error
     raise error
   return outcome
 
 
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# How tensorstore (the checkpoints' writer) reports them: in its message only.
+_NO_SPACE = os.strerror(errno.ENOSPC)  # 'No space left on device'
+_FILE_TOO_LARGE = os.strerror(errno.EFBIG)  # 'File too large': ulimit -f
 
 
 def _causes(error: BaseException):
@@ -126,22 +175,25 @@ def _causes(error: BaseException):
 
 
 def _is_disk_full(error: BaseException) -> bool:
-  return any(isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS
-             or 'No space left on device' in str(e) for e in _causes(error))
+  return _disk_full_cause(error) is not None
 
 
-def _disk_full_cause(error: BaseException) -> str:
+def _disk_full_cause(error: BaseException) -> str | None:
   for e in _causes(error):
     if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
       return e.strerror or str(e)
-  return 'No space left on device'
+    for message in (_NO_SPACE, _FILE_TOO_LARGE):
+      if message in str(e):
+        return message
+  return None
 
 
-def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
+def _train_loop(exp, engine, eval_fn, log, checkpointer, stop, unreadable_examples,
+                saved_length) -> TrainOutcome:
   config = exp.config
   # --- State: restored (resume after preemption) or created sharded, then
   # handed to the engine, which owns it from here on.
-  state = _initial_state(exp, checkpointer)
+  state = _initial_state(exp, checkpointer, saved_length)
   start_step = int(jax.device_get(state.step))
   engine.start(state)
   del state
@@ -170,7 +222,10 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
   def save(step, eval_metrics=None):
     collect()
     state = engine.state()
-    meta = {'step': step, 'data_position': step}
+    # The schedule's length, so that a resume with another length can say
+    # how the learning rate jumps (schedule_change_warning).
+    meta = {'step': step, 'data_position': step, 'total_steps': total,
+            'steps_per_epoch': exp.steps_per_epoch}
     checkpointer.save(step, state, meta)
     if eval_metrics is not None:
       checkpointer.save_if_best(step, state, meta, eval_metrics['accuracy'])
@@ -201,6 +256,7 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
           [m[k] for m in pending])) for k in pending[0]}
       summary['nonfinite_steps'] = int(sum(1 - m['finite'] for m in pending))
       del summary['finite']
+      unreadable_examples.update()
       elapsed = time.perf_counter() - interval_start
       steps_done = step - interval_first
       step_time = elapsed / steps_done
@@ -208,8 +264,8 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
                  'images_per_sec': config.batch_size / step_time,
                  'step_time_s': step_time,
                  'input_wait_s': batches.pop_wait_s() / steps_done,
-                 # unreadable training images so far, all processes' reads
-                 'num_skipped': agreement.total(exp.dataset.skipped_counts()['train'])})
+                 # distinct unreadable files so far (unreadable_files.txt)
+                 'num_unreadable_files': unreadable_examples.count()})
       logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | ETA %s%s',
                    step, total, summary['loss'], summary['accuracy'],
                    config.batch_size / step_time,
@@ -220,12 +276,15 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
     if step % eval_every == 0 or step == total:
       eval_start = time.perf_counter()
       eval_metrics = evaluate.run_evaluation(exp, eval_fn, engine.state())
+      unreadable_examples.update()
       log.write({'step': step, 'split': 'eval', **eval_metrics})
       logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
                    step, eval_metrics['accuracy'], eval_metrics['top5'],
                    eval_metrics['loss'], eval_metrics['num_examples'])
       interval_start += time.perf_counter() - eval_start  # not step time
 
+    if step == config.debug.pause_at_step:
+      _pause_until_stop_requested(step, stop)
     stop_now = due_minutes = False
     if agreement.due(step):
       stop_now, due_minutes = agreement.decide(
@@ -248,12 +307,21 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop) -> TrainOutcome:
   if start_step >= total:
     logging.info('Already trained to step %d; evaluating the final state.', start_step)
     eval_metrics = evaluate.run_evaluation(exp, eval_fn, engine.state())
+    unreadable_examples.update()
     log.write({'step': step, 'split': 'eval', **eval_metrics})
   checkpointer.wait()
   if eval_metrics is not None:
     logging.info('Final eval at step %d: top-1 %.4f over %d examples',
                  step, eval_metrics['accuracy'], eval_metrics['num_examples'])
   return TrainOutcome(step=step, preempted=False, eval_metrics=eval_metrics)
+
+
+def _pause_until_stop_requested(step: int, stop: preemption.StopRequest) -> None:
+  """debug.pause_at_step: the tests' way to signal a run at a known step,
+  whatever the machine's speed. The line below is what they wait for."""
+  logging.warning('Paused at step %d (debug.pause_at_step) until a stop signal', step)
+  while not stop.requested():
+    time.sleep(0.01)
 
 
 def _time_split(summary: dict) -> str:

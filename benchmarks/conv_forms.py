@@ -1,0 +1,89 @@
+"""Each ResNet convolution's forward and backward pass, in both forms.
+
+XLA's convolution against patches-then-matmul (models/conv_forms.py), one
+layer at a time on one device (the whole machine), for the layer shapes of a
+ResNet-18 at a given resolution, per-device batch and width. Prints one JSON
+line per layer: GFLOP/s of each form (FLOPs of the layer without padding
+taps: 3 x 2 x N x Ho x Wo x kh x kw x Cin x Cout) and which form by_shape
+picks. This is the measurement behind by_shape's rule.
+
+  .venv/bin/python benchmarks/conv_forms.py --batch=16 --image_size=64 --width=64
+"""
+
+import json
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from models import conv_forms  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+flags.DEFINE_integer('batch', 16, 'Images per layer call (per-device batch).')
+flags.DEFINE_integer('image_size', 64, 'Input resolution of the network.')
+flags.DEFINE_integer('width', 64, 'Channels of the first stage (64: published).')
+flags.DEFINE_integer('repeats', 10, 'Timed calls per layer and form (median).')
+FLAGS = flags.FLAGS
+
+
+def resnet18_layers(image_size: int, width: int):
+  """(input side, in channels, out channels, kernel, stride) of each distinct
+  conv: the stem, then each stage's first (maybe strided) and repeated conv."""
+  layers = [(image_size, 3, width, 7, 2)]
+  side, channels = image_size // 4, width  # after the stem and the max-pool
+  for stage in range(4):
+    out = width * 2**stage
+    stride = 1 if stage == 0 else 2
+    layers.append((side, channels, out, 3, stride))
+    side //= stride
+    layers.append((side, out, out, 3, 1))
+    channels = out
+  return layers
+
+
+def time_grad(form: str, x, kernel, stride: int, pad: int, repeats: int) -> float:
+  conv = conv_forms.conv_function(form)
+  dimension_numbers = jax.lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1),
+                                                   (0, 3, 1, 2))
+  def loss(x, kernel):
+    y = conv(x, kernel, (stride, stride), ((pad, pad), (pad, pad)),
+             dimension_numbers=dimension_numbers)
+    return jnp.sum(y * y)
+  grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+  jax.block_until_ready(grad(x, kernel))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(grad(x, kernel))
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
+def main(argv):
+  del argv
+  for side, cin, cout, k, stride in resnet18_layers(FLAGS.image_size, FLAGS.width):
+    pad = k // 2
+    x = jnp.ones((FLAGS.batch, side, side, cin))
+    kernel = jnp.full((k, k, cin, cout), 0.01)
+    out = (side + 2 * pad - k) // stride + 1
+    flops = 3 * 2 * FLAGS.batch * out * out * k * k * cin * cout
+    xla = time_grad('xla', x, kernel, stride, pad, FLAGS.repeats)
+    patches = time_grad('patches', x, kernel, stride, pad, FLAGS.repeats)
+    print(json.dumps({
+        'input': [FLAGS.batch, side, side, cin], 'kernel': [k, k, cin, cout],
+        'stride': stride, 'output_side': out,
+        'xla_gflops_per_s': round(flops / xla / 1e9, 1),
+        'patches_gflops_per_s': round(flops / patches / 1e9, 1),
+        'patches_speedup': round(xla / patches, 2),
+        'by_shape_picks': 'patches' if conv_forms.prefers_patches(
+            x.shape, kernel.shape, (stride, stride), ((pad, pad), (pad, pad)))
+                          else 'xla'}), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,92 @@
+"""A/B of speed changes in one run: `main.py --mode=bench` per variant, interleaved.
+
+Each variant is a set of extra main.py flags and environment settings. The
+variants run in turn, `--rounds` times (A B A B ...), so that drift of the
+machine during the run hits them alike; each run is a fresh process, so
+compile time counts as a user would see it. Prints one JSON line per run and
+a summary line per variant (median over rounds) and, with --out, appends
+them to a file.
+
+  .venv/bin/python benchmarks/speed_ab.py \
+      --common='--config.model.name=resnet18 --config.model.width=0 \
+                --config.data.image_size=64 --config.batch_size=32' \
+      --variant='xla: --config.model.conv_form=xla' \
+      --variant='by_shape: --config.model.conv_form=by_shape'
+
+A variant's settings may start with ENV:NAME=VALUE to set an environment
+variable (for example ENV:XLA_FLAGS=--xla_cpu_multi_thread_eigen=false).
+"""
+
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from absl import app
+from absl import flags
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+flags.DEFINE_string('common', '', 'main.py flags every variant gets.')
+flags.DEFINE_multi_string('variant', [], 'NAME: flags (and ENV:K=V settings) of a variant.')
+flags.DEFINE_integer('rounds', 2, 'Runs of each variant, interleaved.')
+flags.DEFINE_string('out', '', 'Append the JSON lines to this file too.')
+FLAGS = flags.FLAGS
+
+_SUMMARY_KEYS = ('compile_s', 'images_per_sec', 'step_time_median_s', 'mfu',
+                 'peak_tflops', 'model_gflops_per_image', 'input_wait_fraction')
+
+
+def parse_variant(text: str) -> tuple[str, list[str], dict[str, str]]:
+  name, sep, rest = text.partition(':')
+  if not sep or not name.strip():
+    raise app.UsageError(f'--variant={text!r}: expected NAME: FLAGS')
+  args, env = [], {}
+  for token in shlex.split(rest):
+    if token.startswith('ENV:'):
+      key, _, value = token[4:].partition('=')
+      env[key] = value
+    else:
+      args.append(token)
+  return name.strip(), args, env
+
+
+def run_once(args: list[str], env: dict[str, str]) -> dict:
+  with tempfile.TemporaryDirectory() as workdir:
+    command = [sys.executable, os.path.join(_ROOT, 'main.py'), '--mode=bench',
+               f'--workdir={workdir}', *shlex.split(FLAGS.common), *args]
+    result = subprocess.run(command, capture_output=True, text=True,
+                            env={**os.environ, **env}, cwd=_ROOT, check=False)
+  if result.returncode != 0:
+    raise RuntimeError(f'{" ".join(command)} failed:\n{result.stderr[-3000:]}')
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main(argv):
+  del argv
+  variants = [parse_variant(v) for v in FLAGS.variant]
+  if not variants:
+    raise app.UsageError('give at least one --variant')
+  runs = {name: [] for name, _, _ in variants}
+  lines = []
+  for round_index in range(FLAGS.rounds):
+    for name, args, env in variants:
+      record = {'variant': name, 'round': round_index, **run_once(args, env)}
+      runs[name].append(record)
+      lines.append(record)
+      print(json.dumps(record), flush=True)
+  for name, records in runs.items():
+    summary = {'variant': name, 'summary': 'median', 'rounds': len(records),
+               **{k: statistics.median(r[k] for r in records) for k in _SUMMARY_KEYS}}
+    lines.append(summary)
+    print(json.dumps(summary), flush=True)
+  if FLAGS.out:
+    with open(FLAGS.out, 'a') as f:
+      f.writelines(json.dumps(line) + '\n' for line in lines)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,46 @@
+"""--mode=bench: one JSON line, appended to bench.jsonl; bad input exits 2."""
+
+import json
+import os
+
+from tests.helpers import run_main
+
+_TINY = ('--config.model.name=resnet18', '--config.model.width=8',
+         '--config.data.image_size=32', '--config.batch_size=16',
+         '--config.bench.steps=3', '--config.bench.warmup_steps=1')
+
+
+def test_bench_reports_and_appends(tmp_path):
+  workdir = str(tmp_path / 'bench')
+  records = []
+  for _ in range(2):
+    result = run_main(f'--workdir={workdir}', '--mode=bench', *_TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records.append(json.loads(result.stdout.strip().splitlines()[-1]))
+  record = records[0]
+  assert record['model'] == 'resnet18' and record['batch_size'] == 16
+  assert record['mesh'] == {'data': 8, 'fsdp': 1, 'tensor': 1}
+  assert record['conv_form'] == 'by_shape'  # auto on CPU
+  assert record['images_per_sec'] > 0 and record['compile_s'] > 0
+  assert record['step_time_p90_s'] >= record['step_time_median_s'] > 0
+  assert record['model_gflops_per_image'] > 0 and record['peak_tflops'] > 0
+  assert 0 < record['mfu'] < 1
+  assert 0 <= record['input_wait_fraction'] < 1
+  # The FLOPs are XLA's count of the model, whatever form computes it.
+  assert records[1]['model_gflops_per_image'] == record['model_gflops_per_image']
+  with open(os.path.join(workdir, 'bench.jsonl')) as f:
+    lines = [json.loads(line) for line in f]
+  assert lines == records
+  # Nothing else: the work dir is not made a training run's.
+  assert sorted(os.listdir(workdir)) == ['bench.jsonl']
+
+
+def test_bench_bad_input_exits_2(tmp_path):
+  for flag, words in (('--config.bench.steps=0', 'bench.steps'),
+                      ('--config.profile_steps=5,3', 'profile_steps'),
+                      ('--config.model.conv_form=winograd', 'model.conv_form')):
+    result = run_main(f'--workdir={tmp_path}/w', '--mode=bench', *_TINY, flag)
+    assert result.returncode == 2, (flag, result.stderr[-2000:])
+    assert result.stderr.strip().splitlines()[-1].startswith('error: ')
+    assert words in result.stderr.strip().splitlines()[-1]
+    assert not os.path.exists(f'{tmp_path}/w')

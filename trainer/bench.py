@@ -1,0 +1,106 @@
+"""--mode=bench: how fast the configured train step runs, as one JSON line.
+
+The configured model, batch, mesh and engine on synthetic data (no files, no
+decoding: what is timed is the step). Reports the compile time, steady-state
+images/s, the step time's median and 90th percentile, the model's FLOPs per
+image and the MFU against a matmul peak measured in the same run
+(trainer/mfu.py), and the fraction of the time spent waiting for input. The
+line is printed and appended to bench.jsonl in the work dir; nothing else
+is written there, so a trained run's work dir can be benchmarked with its
+own config.
+"""
+
+import datetime
+import json
+import os
+import time
+
+from absl import logging
+import jax
+import ml_collections
+import numpy as np
+
+from trainer import device_input
+from trainer import engines
+from trainer import mfu
+from trainer import setup
+from trainer import state as state_lib
+
+RESULTS_FILE_NAME = 'bench.jsonl'
+
+
+def synthetic_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` with synthetic data of the same size and number of classes."""
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.data.source = 'synthetic'
+  config.data.num_synthetic_classes = config.model.num_classes or 1000
+  # Enough examples that the timed steps never repeat an epoch's order.
+  config.data.num_synthetic_examples = max(
+      config.data.num_synthetic_examples,
+      config.batch_size * (config.bench.warmup_steps + config.bench.steps + 1))
+  return config
+
+
+def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Compiles, warms up, times `bench.steps` steps; returns the JSON record."""
+  config = synthetic_config(config)
+  exp = setup.build_experiment(config, workdir)
+  start = time.perf_counter()
+  engine = engines.create_engine(exp)
+  compile_s = time.perf_counter() - start
+  flops_per_step = mfu.train_step_flops(exp)
+  devices = list(exp.mesh.devices.flat)
+  peak = mfu.measured_peak_flops(devices, exp.model.dtype)
+
+  engine.start(state_lib.create_train_state(
+      exp.model, exp.tx, config.data.image_size, exp.state_shardings, config.seed))
+  batches = device_input.DevicePrefetcher(
+      exp.dataset.train_batches(0), engine.batch_sharding,
+      size=config.data.prefetch_batches)
+  try:
+    for _ in range(config.bench.warmup_steps):
+      engine.step(next(batches))
+      engine.collect_metrics()
+    batches.pop_wait_s()
+    times = []
+    for _ in range(config.bench.steps):
+      step_start = time.perf_counter()
+      engine.step(next(batches))
+      engine.collect_metrics()  # waits for the step: one time per step
+      times.append(time.perf_counter() - step_start)
+    input_wait_s = batches.pop_wait_s()
+  finally:
+    engine.close()
+
+  total_s = float(np.sum(times))
+  images_per_sec = config.bench.steps * config.batch_size / total_s
+  record = {
+      'model': config.model.name,
+      'width': config.model.width,
+      'image_size': config.data.image_size,
+      'batch_size': config.batch_size,
+      'dtype': config.model.dtype,
+      'conv_form': exp.model.conv_form,
+      'engine': config.engine,
+      'mesh': dict(exp.mesh.shape),
+      'platform': devices[0].platform,
+      'device_kind': devices[0].device_kind,
+      'num_devices': len(devices),
+      'compile_s': round(compile_s, 2),
+      'images_per_sec': round(images_per_sec, 2),
+      'step_time_median_s': round(float(np.median(times)), 4),
+      'step_time_p90_s': round(float(np.percentile(times, 90)), 4),
+      'model_gflops_per_image': round(flops_per_step / config.batch_size / 1e9, 4),
+      'peak_tflops': round(peak / 1e12, 4),
+      'mfu': round(mfu.mfu(flops_per_step, total_s / config.bench.steps, peak), 4),
+      'input_wait_fraction': round(input_wait_s / total_s, 4),
+      'steps': config.bench.steps,
+      'date': datetime.date.today().isoformat(),
+  }
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, RESULTS_FILE_NAME), 'a') as f:
+      f.write(json.dumps(record) + '\n')
+  logging.info('bench: %.1f img/s, MFU %.1f%% (peak %.1f TFLOP/s measured)',
+               images_per_sec, 100 * record['mfu'], peak / 1e12)
+  return record

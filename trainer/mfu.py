@@ -1,0 +1,75 @@
+"""Model FLOPs utilisation: the model's FLOPs per second over the devices' peak.
+
+Both figures come from the run itself. The model's FLOPs are XLA's cost
+analysis of the whole (unpartitioned) train step with every convolution in
+XLA's own form: the patches form of models/conv_forms.py also multiplies the
+zero padding, and a faster form must not count as more work. The peak is a
+jitted matmul of the model's dtype, one per device, timed on the same devices
+(on CPU, emulated devices share the host's cores, so it is the machine's peak).
+"""
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from trainer import steps
+
+# Matmul sides to try per platform: large enough to reach the peak, small
+# enough to time in well under a second.
+_PEAK_SIDES = {'cpu': (1024,)}
+_PEAK_SIDES_ACCELERATOR = (4096, 8192)
+
+
+def train_step_flops(exp) -> float:
+  """FLOPs of one global train step, XLA's count, convolutions in XLA's form."""
+  model = exp.model
+  if hasattr(model, 'conv_form'):
+    model = model.clone(conv_form='xla')
+  fn = jax.jit(functools.partial(
+      steps.train_step, model=model, tx=exp.tx,
+      learning_rate_fn=exp.learning_rate_fn,
+      grad_accum_steps=exp.config.grad_accum_steps))
+  size, batch = exp.config.data.image_size, exp.config.batch_size
+  batch_spec = {'image': jax.ShapeDtypeStruct((batch, size, size, 3), np.uint8),
+                'label': jax.ShapeDtypeStruct((batch,), np.int32)}
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          exp.abstract_state)
+  with exp.tracing_context():
+    cost = fn.lower(abstract, batch_spec).cost_analysis()
+  if isinstance(cost, (list, tuple)):  # older jax: one dict per program
+    cost = cost[0]
+  return float(cost.get('flops', 0.0))
+
+
+def _median_s(fn, repeats: int) -> float:
+  jax.block_until_ready(fn())  # compile and warm up
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
+def measured_peak_flops(devices, dtype, repeats: int = 5) -> float:
+  """FLOP/s of the devices together: one square matmul per device at once,
+  the best of a few sizes."""
+  mesh = jax.sharding.Mesh(np.array(devices), ('d',))
+  sharding = jax.sharding.NamedSharding(mesh, jax.P('d'))
+  sides = _PEAK_SIDES.get(devices[0].platform, _PEAK_SIDES_ACCELERATOR)
+  best = 0.0
+  for n in sides:
+    a = jax.device_put(jnp.ones((len(devices), n, n), dtype), sharding)
+    matmul = jax.jit(lambda a: jnp.einsum('dij,djk->dik', a, a))
+    best = max(best, len(devices) * 2 * n**3 / _median_s(lambda: matmul(a), repeats))
+  return best
+
+
+def mfu(flops_per_step: float, step_time_s: float, peak_flops: float) -> float:
+  """The fraction of the peak that the model's FLOPs reach."""
+  if step_time_s <= 0 or peak_flops <= 0:
+    return 0.0
+  return flops_per_step / step_time_s / peak_flops
