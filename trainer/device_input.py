@@ -31,7 +31,8 @@ class DevicePrefetcher:
     self._exhausted = False
     self.wait_s = 0.0
 
-  def _fill(self) -> None:
+  def fill(self) -> None:
+    """Starts copies until `size` batches are in flight (or the stream ends)."""
     while len(self._queue) < self._size and not self._exhausted:
       start = time.perf_counter()
       batch = next(self._host, None)
@@ -45,7 +46,7 @@ class DevicePrefetcher:
     return self
 
   def __next__(self) -> dict[str, jax.Array]:
-    self._fill()
+    self.fill()
     if not self._queue:
       raise StopIteration
     return self._queue.popleft()
