@@ -1,7 +1,6 @@
 """Every bad flag or config value: exit 2, one line naming the key, no traceback,
 and an existing work dir left exactly as it was."""
 
-import ctypes
 import os
 import subprocess
 import sys
@@ -101,16 +100,19 @@ def test_a_step_that_does_not_fit_device_memory_stops_before_writing(tmp_path, s
   assert not workdir.exists()
 
 
-def _without_root_override():
-  """For preexec_fn: root, too, obeys file permissions (CAP_DAC_OVERRIDE and
-  CAP_DAC_READ_SEARCH leave the bounding set, so the exec'd program lacks
-  them). Others obey them anyway."""
-  if os.geteuid() != 0:
-    return
+# Runs the rest of its command line as a program that obeys file permissions
+# even as root (CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH leave the bounding
+# set, so the exec'd program lacks them); others obey them anyway. A launcher
+# rather than preexec_fn, which is unsafe in a process with threads (JAX's).
+_OBEY_PERMISSIONS = """
+import ctypes, os, sys
+if os.geteuid() == 0:
   libc = ctypes.CDLL(None, use_errno=True)
   for capability in (1, 2):
     if libc.prctl(24, capability, 0, 0, 0):  # PR_CAPBSET_DROP
       raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
+os.execv(sys.executable, [sys.executable] + sys.argv[1:])
+"""
 
 
 def _unusable_workdir(tmp_path, kind):
@@ -134,9 +136,8 @@ def test_an_unusable_workdir_exits_2_with_one_line_before_any_work(tmp_path, kin
   workdir, fragment = _unusable_workdir(tmp_path, kind)
   before = sorted(str(p) for p in tmp_path.rglob('*'))
   result = subprocess.run(
-      [sys.executable, 'main.py', f'--workdir={workdir}', f'--mode={mode}', QUICK],
-      cwd=REPO, capture_output=True, text=True, timeout=120,
-      preexec_fn=_without_root_override)
+      [sys.executable, '-c', _OBEY_PERMISSIONS, 'main.py', f'--workdir={workdir}',
+       f'--mode={mode}', QUICK], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert result.returncode == 2, result.stderr[-2000:]
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert len(lines) == 1, result.stderr

@@ -2,9 +2,7 @@
 
 import json
 import os
-import resource
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -84,13 +82,17 @@ def test_sigkill_during_and_between_saves_always_resumes_from_a_complete_checkpo
   assert '10' in _checkpoint_names(workdir)
 
 
-def _limit_file_size(max_bytes):
-  """For preexec_fn: files larger than `max_bytes` fail to grow with EFBIG
-  (SIGXFSZ, which would kill the process instead, ignored)."""
-  def limit():
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
-  return limit
+# Runs the rest of its command line with files limited to argv[1] bytes: a
+# write past it fails with EFBIG (SIGXFSZ, which would kill the process
+# instead, ignored). A launcher rather than preexec_fn, which is unsafe in a
+# process with threads (JAX's).
+_LIMIT_FILE_SIZE = """
+import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+os.execv(sys.executable, [sys.executable] + sys.argv[2:])
+"""
 
 
 def test_disk_full_during_a_save_keeps_the_previous_checkpoint_loadable(
@@ -103,9 +105,9 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint_loadable(
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
              TF_CPP_MIN_LOG_LEVEL='3')
   result = subprocess.run(
-      [sys.executable, os.path.join(REPO, 'main.py'), f'--workdir={workdir}',
-       '--config.debug.nan_at_step=-1'], cwd=REPO, env=env, text=True,
-      capture_output=True, timeout=600, preexec_fn=_limit_file_size(32 * 1024))
+      [sys.executable, '-c', _LIMIT_FILE_SIZE, str(32 * 1024), 'main.py',
+       f'--workdir={workdir}', '--config.debug.nan_at_step=-1'],
+      cwd=REPO, env=env, text=True, capture_output=True, timeout=600)
 
   assert result.returncode == 1, result.stderr[-3000:]
   error = result.stderr.strip().splitlines()[-1]
