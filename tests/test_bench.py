@@ -44,3 +44,20 @@ def test_bench_bad_input_exits_2(tmp_path):
     assert result.stderr.strip().splitlines()[-1].startswith('error: ')
     assert words in result.stderr.strip().splitlines()[-1]
     assert not os.path.exists(f'{tmp_path}/w')
+
+
+def test_training_logs_mfu_and_traces_chosen_steps(tmp_path):
+  workdir = str(tmp_path / 'run')
+  result = run_main(f'--workdir={workdir}', '--config.model.width=8',
+                    '--config.num_train_steps=4', '--config.log_every_steps=2',
+                    '--config.profile_steps=2,3', '--config.batch_size=32')
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    train = [json.loads(line) for line in f if '"train"' in line]
+  assert [r['step'] for r in train] == [2, 4]
+  assert all(0 < r['mfu'] < 1 for r in train)
+  assert 'MFU ' in result.stderr
+  traces = [name for _, _, names in os.walk(os.path.join(workdir, 'profile'))
+            for name in names if name.endswith('.xplane.pb')]
+  assert len(traces) == 1
+  assert 'Traced steps 2..2' in result.stderr

@@ -7,6 +7,7 @@ import json
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
+import jax.numpy as jnp
 import numpy as np
 
 from cli.errors import UsageError
@@ -26,12 +27,20 @@ def compile_eval_step(exp: setup.Experiment):
 
 
 def run_evaluation(exp: setup.Experiment, eval_fn, state) -> dict:
-  """Top-1/top-5/loss over every eval example exactly once."""
+  """Top-1/top-5/loss over every eval example exactly once.
+
+  The batches are prefetched to the devices and the sums stay there until
+  the pass ends, so the host never waits for a batch's result before
+  dispatching the next.
+  """
+  batches = device_input.DevicePrefetcher(
+      exp.dataset.eval_batches(), exp.batch_sharding,
+      size=exp.config.data.prefetch_batches)
   totals = None
   with exp.tracing_context():
-    for batch in exp.dataset.eval_batches():
-      sums = eval_fn(state, device_input.to_global(batch, exp.batch_sharding))
-      totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
+    for batch in batches:
+      sums = eval_fn(state, batch)
+      totals = sums if totals is None else _add_sums(totals, sums)
   totals = jax.device_get(totals)
   count = int(totals['count'])
   # Unreadable images are masked out of the metrics and counted apart, so
@@ -47,6 +56,11 @@ def run_evaluation(exp: setup.Experiment, eval_fn, state) -> dict:
       'num_examples': count,
       'num_unreadable': unreadable,
   }
+
+
+@jax.jit
+def _add_sums(totals: dict, sums: dict) -> dict:
+  return jax.tree.map(jnp.add, totals, sums)
 
 
 def _sum_over_processes(value: int) -> int:

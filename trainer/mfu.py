@@ -68,6 +68,26 @@ def measured_peak_flops(devices, dtype, repeats: int = 5) -> float:
   return best
 
 
+def local_peak_times_processes(devices, dtype) -> float:
+  """The peak of all `devices`: measured on this process's share of them
+  (no other process need take part) and scaled by the process count."""
+  local = [d for d in devices if d.process_index == jax.process_index()]
+  return measured_peak_flops(local, dtype) * jax.process_count()
+
+
+class Utilization:
+  """A run's model FLOPs per step and its devices' peak, measured once at
+  the start; `of(step_time_s)` is the MFU of a step that took that long."""
+
+  def __init__(self, exp):
+    self.flops_per_step = train_step_flops(exp)
+    self.peak_flops = local_peak_times_processes(list(exp.mesh.devices.flat),
+                                                 exp.model.dtype)
+
+  def of(self, step_time_s: float) -> float:
+    return mfu(self.flops_per_step, step_time_s, self.peak_flops)
+
+
 def mfu(flops_per_step: float, step_time_s: float, peak_flops: float) -> float:
   """The fraction of the peak that the model's FLOPs reach."""
   if step_time_s <= 0 or peak_flops <= 0:

@@ -20,7 +20,9 @@ from trainer import init_from
 from trainer import metrics_log
 from trainer import agreement as agreement_lib
 from trainer import optim
+from trainer import mfu
 from trainer import preemption
+from trainer import profiling
 from trainer import setup
 from trainer import state as state_lib
 from trainer import unreadable
@@ -128,13 +130,16 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   stop = preemption.StopRequest()
   unreadable_examples = unreadable.UnreadableExamples(
       workdir, exp.dataset, process_count=jax.process_count(), is_chief=is_chief)
+  utilization = mfu.Utilization(exp)
+  tracer = profiling.StepTracer(workdir, config.profile_steps, enabled=is_chief)
   outcome, error = None, None
   try:
     outcome = _train_loop(exp, engine, eval_fn, log, checkpointer, stop,
-                          unreadable_examples, saved_length)
+                          unreadable_examples, saved_length, utilization, tracer)
   except Exception as e:  # pylint: disable=broad-except
     error = e
   finally:
+    tracer.stop()
     stop.restore_handlers()
     engine.close()
   if error is not None and jax.process_count() > 1:
@@ -189,7 +194,7 @@ def _disk_full_cause(error: BaseException) -> str | None:
 
 
 def _train_loop(exp, engine, eval_fn, log, checkpointer, stop, unreadable_examples,
-                saved_length) -> TrainOutcome:
+                saved_length, utilization, tracer) -> TrainOutcome:
   config = exp.config
   # --- State: restored (resume after preemption) or created sharded, then
   # handed to the engine, which owns it from here on.
@@ -243,8 +248,10 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop, unreadable_exampl
   interval_start, interval_first = time.perf_counter(), start_step
   step = start_step
   while step < total:
+    tracer.before_step(step)
     engine.step(next(batches))
     step += 1
+    tracer.after_step(step, engine.state)
     if step == config.debug.fail_at_step and jax.process_index() in (
         config.debug.fail_process, -1):
       raise RuntimeError(f'debug.fail_at_step={step}: the failure this key injects, '
@@ -262,13 +269,14 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop, unreadable_exampl
       step_time = elapsed / steps_done
       log.write({'step': step, 'split': 'train', **summary,
                  'images_per_sec': config.batch_size / step_time,
+                 'mfu': utilization.of(step_time),
                  'step_time_s': step_time,
                  'input_wait_s': batches.pop_wait_s() / steps_done,
                  # distinct unreadable files so far (unreadable_files.txt)
                  'num_unreadable_files': unreadable_examples.count()})
-      logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | ETA %s%s',
-                   step, total, summary['loss'], summary['accuracy'],
-                   config.batch_size / step_time,
+      logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | MFU %.1f%% | '
+                   'ETA %s%s', step, total, summary['loss'], summary['accuracy'],
+                   config.batch_size / step_time, 100 * utilization.of(step_time),
                    _format_eta(step_time * (total - step)),
                    _time_split(summary))
       pending, interval_start, interval_first = [], time.perf_counter(), step
