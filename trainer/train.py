@@ -157,10 +157,10 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
     if _is_disk_full(error):
       kept = checkpointing.latest_step(workdir)
       cause = _disk_full_cause(error)
-      remedy = ('raise the file size limit (ulimit -f)' if cause == _FILE_TOO_LARGE
-                else 'free space')
+      what, remedy = (('the file size limit reached', 'raise it (ulimit -f)')
+                      if cause == _FILE_TOO_LARGE else ('disk full', 'free space'))
       raise RunFailure(
-          f'disk full while writing to {workdir} ({cause}); the last complete '
+          f'{what} while writing to {workdir} ({cause}); the last complete '
           f'checkpoint (step {kept}) is intact: {remedy} and rerun the same '
           'command to resume') from error
     raise error
