@@ -1,7 +1,8 @@
 """Trains or evaluates an image model; see README.md for the commands.
 
 This file only parses flags, starts the runtime and dispatches: all logic
-lives in cli/ (config and validation) and trainer/ (the work).
+lives in cli/ (flags, config loading, the runtime) and trainer/ (validation
+and the work).
 """
 
 import json
@@ -18,9 +19,10 @@ from cli import config_loader
 from cli import flags_parser
 from cli import logs
 from cli import runtime
-from cli import validation
-from cli.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
+from configs import schema
+from configs.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
+from trainer import validation
 
 FLAGS = flags_parser.FLAGS
 DEFAULT_RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -47,9 +49,9 @@ def run(argv) -> int:
                                       FLAGS.workdir, DEFAULT_RECIPE)
   validation.check_config(config)
   check_data_config(config.data)
-  if FLAGS.mode == 'eval' and config_loader.load_saved(FLAGS.workdir) is None:
+  if FLAGS.mode == 'eval' and schema.load_saved(FLAGS.workdir) is None:
     raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '
-                     f'(no {config_loader.CONFIG_FILE_NAME}); train first')
+                     f'(no {schema.CONFIG_FILE_NAME}); train first')
 
   runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
                      coordinator_address=FLAGS.coordinator_address,

@@ -13,6 +13,7 @@ import numpy as np
 
 from input_pipeline import crops
 from input_pipeline import order
+from input_pipeline import tf_setup
 from input_pipeline.tf_setup import tf
 
 _MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
@@ -22,6 +23,7 @@ _STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
 def train_batches(source, split: str, batch_size: int, image_size: int,
                   seed: int = 0):
   """Endless float32 [batch, size, size, 3] batches of the training split."""
+  tf_setup.keep_freed_heap_memory()  # as our data sets do: a like-for-like yardstick
   records = source.records(split)
   stream = order.TrainOrder(len(records), seed)
 

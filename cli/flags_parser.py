@@ -11,7 +11,7 @@ import dataclasses
 from absl import flags
 
 from cli import workdir as workdir_lib
-from cli.errors import UsageError
+from configs.errors import UsageError
 
 FLAGS = flags.FLAGS
 MODES = ('train', 'eval', 'bench', 'plan', 'study')

@@ -2,7 +2,7 @@
 
 import os
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 
 # What each cluster's launcher sets in every process (the variables JAX's
 # own detection reads): the cluster kind, its process count.

@@ -8,7 +8,7 @@ only after minutes of compiling, with a traceback.
 import os
 import tempfile
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 
 
 def check(workdir: str) -> None:

@@ -12,6 +12,25 @@ dropped). An image that cannot be decoded is skipped and counted
 
 Importing this package is cheap: TensorFlow and tfds are imported only when
 a dataset that decodes files is created.
+
+The map, by job:
+
+  entry        create.py (config.data -> a Dataset), validate.py (cheap checks
+               before heavy imports), errors.py (DataError), dataset.py (the
+               interface the trainer uses)
+  sources      folder.py (class sub-folders), shapes.py (the generated data
+               set, a folder), tfds_check.py + tfds_source.py (a prepared tfds
+               set and random access to its records), tfrecord_index.py (the
+               offsets index behind that access), synthetic.py (no files)
+  which        order.py (which examples a process reads at a step),
+  examples     example_seeds.py (each example's crop and flip randomness)
+  decoding     preprocess.py and crops.py (TensorFlow ops per example),
+               tf_setup.py (TensorFlow imported quietly, off accelerators)
+  one batch    stream.py (a split as a stream of steps' inputs) ->
+  per step     decode_graph.py (the tf.data graph) -> step_batches.py (host
+               batches, one per step) with recovery.py (examples that fail
+               to decode), used by files_dataset.py (folder, shapes) and
+               tfds_dataset.py
 """
 
 from input_pipeline.create import create_dataset

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from input_pipeline import crops
 from input_pipeline import preprocess
 from input_pipeline import step_batches
+from input_pipeline import stream
+from input_pipeline import tf_setup
 from input_pipeline.dataset import Batch, Dataset
 from input_pipeline.folder import ImageFiles
 from input_pipeline.tf_setup import tf
@@ -33,6 +35,7 @@ class FilesDataset(Dataset):
         num_eval_examples=len(evaluation), batch_size=batch_size,
         eval_batch_size=eval_batch_size, seed=seed,
         process_index=process_index, process_count=process_count)
+    tf_setup.keep_freed_heap_memory()  # this data set decodes every step
     self._train = train
     self._eval = evaluation
     self._image_size = image_size
@@ -40,10 +43,10 @@ class FilesDataset(Dataset):
     self._snap_crops = snap_crops
     self._prefetch_batches = prefetch_batches
 
-  def _batches(self, steps: step_batches.Steps, load, local_batch: int,
+  def _batches(self, examples: stream.Stream, load, local_batch: int,
                split: str) -> Iterator[Batch]:
     return step_batches.batches(
-        steps, load, split=split, local_batch=local_batch,
+        examples, load, split=split, local_batch=local_batch,
         image_size=self._image_size, prefetch=self._prefetch_batches,
         skipped=self._skipped, unreadable=self._unreadable)
 
@@ -70,7 +73,7 @@ class FilesDataset(Dataset):
             self._augment, tf.stack([seed, example['position']]))
       return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    return self._batches(step_batches.train_steps(self, start_step), load,
+    return self._batches(stream.train_stream(self, start_step), load,
                          self.local_batch_size, 'train')
 
   def eval_batches(self) -> Iterator[Batch]:
@@ -84,5 +87,5 @@ class FilesDataset(Dataset):
           self._image_size)
       return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    return self._batches(step_batches.eval_steps(self), load,
+    return self._batches(stream.eval_stream(self), load,
                          self.local_eval_batch_size, 'eval')

@@ -2,14 +2,16 @@
 
 TensorFlow is only a decoder and a thread pool here. If it saw a GPU it would
 reserve that GPU's memory, which belongs to JAX, so it is hidden before the
-runtime starts.
+runtime starts. Importing this module changes nothing else in the process:
+`keep_freed_heap_memory()`, a process-wide malloc setting, is called by the
+data sets that decode files, when they are created.
 """
 
 import ctypes
 import os
 
 
-def _keep_freed_heap_memory() -> None:
+def keep_freed_heap_memory() -> None:
   """Stops glibc from handing freed heap memory back to the kernel.
 
   Every step turns a few hundred 100 KB records into TF strings and frees
@@ -27,8 +29,6 @@ def _keep_freed_heap_memory() -> None:
   m_trim_threshold = -1
   mallopt(m_trim_threshold, 1 << 30)
 
-
-_keep_freed_heap_memory()
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # oneDNN speeds up matmuls and convolutions, which we never run, and its

@@ -15,6 +15,8 @@ import numpy as np
 from input_pipeline import crops
 from input_pipeline import preprocess
 from input_pipeline import step_batches
+from input_pipeline import stream
+from input_pipeline import tf_setup
 from input_pipeline.dataset import Batch, Dataset
 from input_pipeline.tf_setup import tf
 from input_pipeline.tfds_source import TfdsSource
@@ -32,6 +34,7 @@ class TfdsDataset(Dataset):
     if augment not in AUGMENTATIONS:
       raise ValueError(f'unknown augmentation {augment!r}; one of '
                        f'{AUGMENTATIONS}')
+    tf_setup.keep_freed_heap_memory()  # this data set decodes every step
     self._source = source
     self._split_names = {'train': train_split, 'eval': eval_split}
     self._train = source.records(train_split)
@@ -76,7 +79,7 @@ class TfdsDataset(Dataset):
       return {'image': image, 'label': label}
 
     return step_batches.batches(
-        _with_records(step_batches.train_steps(self, start_step), self._train),
+        _with_records(stream.train_stream(self, start_step), self._train),
         load, split='train', local_batch=self.local_batch_size,
         image_size=self._image_size, prefetch=self._prefetch_batches,
         skipped=self._skipped, unreadable=self._unreadable)
@@ -90,22 +93,22 @@ class TfdsDataset(Dataset):
 
     # Padding slots read example 0 again; their mask hides it.
     return step_batches.batches(
-        _with_records(step_batches.eval_steps(self), self._eval), load,
+        _with_records(stream.eval_stream(self), self._eval), load,
         split='eval', local_batch=self.local_eval_batch_size,
         image_size=self._image_size, prefetch=self._prefetch_batches,
         skipped=self._skipped, unreadable=self._unreadable)
 
 
-def _with_records(steps: step_batches.Steps, records) -> step_batches.Steps:
-  """`steps` plus the raw record of each example: cheap Python once a step."""
-  local = steps.spec['index'].shape[0]
+def _with_records(examples: stream.Stream, records) -> stream.Stream:
+  """`examples` plus the raw record of each one: cheap Python once a step."""
+  local = examples.spec['index'].shape[0]
 
   def inputs(i: int) -> dict[str, np.ndarray]:
-    step = steps.inputs(i)
+    step = examples.inputs(i)
     return {**step, 'record': _read(records, step['index'])}
-  return step_batches.Steps(
-      inputs, {**steps.spec, 'record': tf.TensorSpec([local], tf.string)},
-      steps.count)
+  return stream.Stream(
+      inputs, {**examples.spec, 'record': tf.TensorSpec([local], tf.string)},
+      examples.count)
 
 
 def _read(records, indices: np.ndarray) -> np.ndarray:

@@ -9,13 +9,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 from configs import default
 from tests.test_train_step import _config, build, run_steps
 from trainer import checkpointing
 from trainer import evaluate
+from trainer import experiment
 from trainer import init_from
-from trainer import setup
 from trainer import state as state_lib
 
 
@@ -117,7 +117,7 @@ def _tiny_config(workdir_source=''):
 def saved_run(tmp_path_factory):
   """A work dir holding checkpoint 3 of a fresh tiny run, and that state."""
   workdir = str(tmp_path_factory.mktemp('saved'))
-  exp = setup.build_experiment(_tiny_config(), workdir)
+  exp = experiment.build_experiment(_tiny_config(), workdir)
   state = state_lib.create_train_state(exp.model, exp.tx, 16, exp.state_shardings, seed=0)
   checkpointer = checkpointing.Checkpointer(workdir)
   checkpointer.save(3, state, {'step': 3})
@@ -133,7 +133,7 @@ def arrays_read(monkeypatch):
 
   def restore(self, step, *args, **kwargs):
     restored = original(self, step, *args, **kwargs)
-    for path, leaf in checkpointing.flatten(restored.get('state', {})).items():
+    for path, leaf in checkpointing.leaves_by_path(restored.get('state', {})).items():
       if isinstance(leaf, jax.Array):
         read[path] = leaf.sharding
     return restored
@@ -143,7 +143,7 @@ def arrays_read(monkeypatch):
 
 def _assert_read_only_weights_on_their_shardings(read, abstract_state):
   assert read and not any(path.startswith('opt_state') for path in read), sorted(read)
-  expected = checkpointing.flatten(abstract_state)
+  expected = checkpointing.leaves_by_path(abstract_state)
   for path, sharding in read.items():
     assert sharding == expected[path].sharding, path
   assert any(not s.is_fully_replicated for p, s in read.items() if p.startswith('params/'))
@@ -153,7 +153,7 @@ def test_eval_mode_reads_only_weights_onto_the_target_sharding(saved_run, arrays
   workdir, state = saved_run
   summary = evaluate.evaluate_checkpoint(_tiny_config(), workdir)
   assert summary['step'] == 3 and summary['num_examples'] == 16
-  exp = setup.build_experiment(_tiny_config(), workdir)
+  exp = experiment.build_experiment(_tiny_config(), workdir)
   _assert_read_only_weights_on_their_shardings(arrays_read, exp.abstract_state)
 
 
@@ -162,7 +162,7 @@ def test_fine_tuning_reads_only_weights_onto_the_target_sharding(
   source, saved = saved_run
   config = _tiny_config(source)
   config.mesh.data, config.mesh.fsdp = 2, 4  # another mesh than the source's
-  exp = setup.build_experiment(config, str(tmp_path))
+  exp = experiment.build_experiment(config, str(tmp_path))
   fresh = state_lib.create_train_state(exp.model, exp.tx, 16, exp.state_shardings, seed=1)
   tuned = init_from.initialize_from(fresh, config.init)
   _assert_read_only_weights_on_their_shardings(arrays_read, exp.abstract_state)

@@ -230,6 +230,7 @@ def _stream(values: np.ndarray, split: str, skipped: dict):
   """Steps of examples whose 'image' is their value; negative ones fail."""
   # pylint: disable-next=g-import-not-at-top
   from input_pipeline import step_batches
+  from input_pipeline import stream
   from input_pipeline.tf_setup import tf
   local = values.shape[1]
   spec = {'value': tf.TensorSpec([local], tf.int64),
@@ -250,7 +251,7 @@ def _stream(values: np.ndarray, split: str, skipped: dict):
     return {'image': tf.fill([1, 1, 3], pixel), 'label': tf.constant(0)}
 
   return list(step_batches.batches(
-      step_batches.Steps(inputs, spec, count=len(values)), load, split=split,
+      stream.Stream(inputs, spec, count=len(values)), load, split=split,
       local_batch=local, image_size=1, prefetch=0, skipped=skipped))
 
 

@@ -14,7 +14,7 @@ from models import registry
 from trainer import mesh as mesh_lib
 from trainer import optim
 from trainer import state as state_lib
-from trainer import steps
+from trainer import step_functions
 
 IMAGE_SIZE, BATCH, NUM_CLASSES, NUM_STEPS = 16, 16, 5, 2
 
@@ -66,7 +66,7 @@ def train(model_name, config, devices, num_steps=NUM_STEPS):
   shardings = state_lib.state_shardings(model, tx, IMAGE_SIZE, mesh, rules)
   state = state_lib.create_train_state(model, tx, IMAGE_SIZE, shardings, seed=0)
   step_fn = jax.jit(
-      functools.partial(steps.train_step, model=model, tx=tx, learning_rate_fn=lr_fn,
+      functools.partial(step_functions.train_step, model=model, tx=tx, learning_rate_fn=lr_fn,
                         grad_accum_steps=config.grad_accum_steps),
       in_shardings=(shardings, mesh_lib.batch_sharding(mesh)),
       out_shardings=(shardings, None))

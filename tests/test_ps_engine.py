@@ -9,12 +9,12 @@ import jax
 import numpy as np
 import pytest
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 from configs import default
 from models import registry
 from trainer import device_input
 from trainer import engines
-from trainer import setup
+from trainer import experiment
 from trainer import state as state_lib
 from trainer.engines.ps import link
 from trainer.engines.ps import partition
@@ -49,7 +49,7 @@ def _config(engine, model, **overrides):
 
 def _train(config):
   """(per-step metrics, final state) of NUM_STEPS steps on fixed batches."""
-  exp = setup.build_experiment(config, '/nonexistent')
+  exp = experiment.build_experiment(config, '/nonexistent')
   engine = engines.create_engine(exp)
   engine.start(state_lib.create_train_state(
       exp.model, exp.tx, IMAGE_SIZE, exp.state_shardings, config.seed))

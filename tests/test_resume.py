@@ -3,7 +3,8 @@
 import pytest
 
 from cli import config_loader
-from cli.errors import UsageError
+from configs import schema
+from configs.errors import UsageError
 from configs import quickstart
 from trainer import optim
 from trainer import train
@@ -14,7 +15,7 @@ def test_init_keys_may_be_cleared_in_an_existing_workdir(tmp_path):
   # source run is gone may drop it. (Other model keys still must match.)
   saved = quickstart.get_config()
   saved.init.from_workdir, saved.init.reset_head = '/gone/run', True
-  config_loader.save(saved, str(tmp_path))
+  schema.save(saved, str(tmp_path))
   recipe = 'configs/quickstart.py'
   config = config_loader.build_config(
       recipe, [('init.from_workdir', ''), ('init.reset_head', 'false')],

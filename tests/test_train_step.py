@@ -15,7 +15,7 @@ from models import registry
 from trainer import mesh as mesh_lib
 from trainer import optim
 from trainer import state as state_lib
-from trainer import steps
+from trainer import step_functions
 
 IMAGE_SIZE = 16
 BATCH = 16
@@ -54,7 +54,7 @@ def run_steps(config, devices, num_steps=2, width=4):
   """Losses and final params of `num_steps` steps on a mesh over `devices`."""
   model, tx, lr_fn, mesh, shardings = build(config, devices, width)
   state = state_lib.create_train_state(model, tx, IMAGE_SIZE, shardings, seed=0)
-  step_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
+  step_fn = jax.jit(functools.partial(step_functions.train_step, model=model, tx=tx,
                                       learning_rate_fn=lr_fn, label_smoothing=0.1),
                     in_shardings=(shardings, mesh_lib.batch_sharding(mesh)),
                     out_shardings=(shardings, None))
@@ -73,7 +73,7 @@ def test_training_reduces_loss_on_a_repeated_batch():
   tx = optim.create_optimizer(config, lambda step: 0.05)
   shardings = state_lib.state_shardings(model, tx, IMAGE_SIZE, mesh, ())
   state = state_lib.create_train_state(model, tx, IMAGE_SIZE, shardings, seed=0)
-  step_fn = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
+  step_fn = jax.jit(functools.partial(step_functions.train_step, model=model, tx=tx,
                                       learning_rate_fn=lambda s: 0.05,
                                       label_smoothing=0.0))
   batch = jax.device_put(_batch(0), mesh_lib.batch_sharding(mesh))

@@ -22,8 +22,8 @@ import numpy as np
 
 from trainer import device_input
 from trainer import engines
+from trainer import experiment
 from trainer import mfu
-from trainer import setup
 from trainer import state as state_lib
 
 RESULTS_FILE_NAME = 'bench.jsonl'
@@ -44,7 +44,7 @@ def synthetic_config(config: ml_collections.ConfigDict) -> ml_collections.Config
 def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Compiles, warms up, times `bench.steps` steps; returns the JSON record."""
   config = synthetic_config(config)
-  exp = setup.build_experiment(config, workdir)
+  exp = experiment.build_experiment(config, workdir)
   start = time.perf_counter()
   engine = engines.create_engine(exp)
   compile_s = time.perf_counter() - start

@@ -17,7 +17,7 @@ from absl import logging
 import jax
 import orbax.checkpoint as ocp
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 
 LATEST_DIR = 'checkpoints'
 BEST_DIR = 'checkpoints_best'
@@ -47,13 +47,13 @@ def path_str(path) -> str:
                   for k in path)
 
 
-def flatten(tree) -> dict:
+def leaves_by_path(tree) -> dict:
   """{'params/head/kernel': leaf} for every leaf of `tree`."""
   return {path_str(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
-def unflatten(flat: dict) -> dict:
-  """The nested dicts of `flatten`'s output (for trees of dicts)."""
+def tree_from_paths(flat: dict) -> dict:
+  """The nested dicts of `leaves_by_path`'s output (for trees of dicts)."""
   tree: dict = {}
   for path, leaf in flat.items():
     *parents, name = path.split('/')
@@ -101,7 +101,7 @@ def restore_subset(directory: str, step: int, target: dict) -> dict:
 
 def check_shapes(saved, expected, source: str) -> None:
   """UsageError naming the first array whose saved shape is not the expected."""
-  saved, expected = flatten(saved), flatten(expected)
+  saved, expected = leaves_by_path(saved), leaves_by_path(expected)
   for path, want in expected.items():
     have = saved.get(path)
     if have is None or tuple(have.shape) != tuple(want.shape):

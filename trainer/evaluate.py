@@ -10,23 +10,23 @@ from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 from trainer import checkpointing
 from trainer import device_input
+from trainer import experiment
 from trainer import metrics_log
-from trainer import setup
-from trainer import steps
+from trainer import step_functions
 from trainer import unreadable
 
 
-def compile_eval_step(exp: setup.Experiment):
+def compile_eval_step(exp: experiment.Experiment):
   """The eval step compiled for the state's layout and one eval batch."""
-  fn = jax.jit(functools.partial(steps.eval_step, model=exp.model),
+  fn = jax.jit(functools.partial(step_functions.eval_step, model=exp.model),
                in_shardings=(exp.state_shardings, exp.batch_sharding))
   return fn
 
 
-def run_evaluation(exp: setup.Experiment, eval_fn, state) -> dict:
+def run_evaluation(exp: experiment.Experiment, eval_fn, state) -> dict:
   """Top-1/top-5/loss over every eval example exactly once.
 
   The batches are prefetched to the devices and the sums stay there until
@@ -74,7 +74,7 @@ def summary_json(summary: dict) -> str:
   return json.dumps({k: summary[k] for k in keys})
 
 
-def weights_only(exp: setup.Experiment) -> setup.Experiment:
+def weights_only(exp: experiment.Experiment) -> experiment.Experiment:
   """`exp` for a state without optimiser state (opt_state=None), as
   Checkpointer.restore_weights gives it: the eval step never reads it."""
   return dataclasses.replace(
@@ -86,7 +86,7 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
   """--mode=eval: restore a checkpoint's weights, evaluate, log, return the
   summary. The optimiser state is not read: the parameters and batch
   statistics go straight onto their shardings."""
-  exp = setup.build_experiment(config, workdir)
+  exp = experiment.build_experiment(config, workdir)
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.checkpoint.keep)
   available = checkpointer.all_steps()
   step = config.eval.checkpoint_step

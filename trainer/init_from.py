@@ -22,7 +22,7 @@ from absl import logging
 import jax
 import orbax.checkpoint as ocp
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 from trainer import checkpointing
 
 HEAD_PREFIX = 'head/'  # the classifier of every model in models/
@@ -60,8 +60,8 @@ def _plan(state, init_config):
   finally:
     manager.close()
 
-  ours = checkpointing.flatten({'params': state.params, 'batch_stats': state.batch_stats})
-  theirs = checkpointing.flatten({'params': source['params'], 'batch_stats': source['batch_stats']})
+  ours = checkpointing.leaves_by_path({'params': state.params, 'batch_stats': state.batch_stats})
+  theirs = checkpointing.leaves_by_path({'params': source['params'], 'batch_stats': source['batch_stats']})
   target = {}
   for path, meta in theirs.items():
     mine = ours.get(path)
@@ -91,8 +91,8 @@ def check(abstract_state, init_config) -> None:
 def initialize_from(state, init_config):
   """`state` with parameters and batch statistics taken from the source run."""
   directory, step, target, ours = _plan(state, init_config)
-  loaded = checkpointing.flatten(
-      checkpointing.restore_subset(directory, step, checkpointing.unflatten(target)))
+  loaded = checkpointing.leaves_by_path(
+      checkpointing.restore_subset(directory, step, checkpointing.tree_from_paths(target)))
 
   def pick(path, fresh):
     return loaded.get(checkpointing.path_str(path), fresh)

@@ -5,7 +5,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 
 GIB = 2**30
 

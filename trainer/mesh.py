@@ -4,7 +4,7 @@ import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 import ml_collections
 
-from cli.validation import MESH_AXES, resolve_mesh_shape
+from trainer.validation import MESH_AXES, resolve_mesh_shape
 
 # Mesh axes are Auto, not the new default Explicit: the models annotate only
 # parameters (and a few activations) with logical names, and we let XLA's

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trainer import steps
+from trainer import step_functions
 
 # Matmul sides to try per platform: large enough to reach the peak, small
 # enough to time in well under a second.
@@ -29,7 +29,7 @@ def train_step_flops(exp) -> float:
   if hasattr(model, 'conv_form'):
     model = model.clone(conv_form='xla')
   fn = jax.jit(functools.partial(
-      steps.train_step, model=model, tx=exp.tx,
+      step_functions.train_step, model=model, tx=exp.tx,
       learning_rate_fn=exp.learning_rate_fn,
       grad_accum_steps=exp.config.grad_accum_steps))
   size, batch = exp.config.data.image_size, exp.config.batch_size

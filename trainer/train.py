@@ -9,21 +9,21 @@ from absl import logging
 import jax
 import numpy as np
 
-from cli import config_loader
-from cli.errors import RunFailure
+from configs import schema
+from configs.errors import RunFailure
 from input_pipeline import folder
+from trainer import agreement as agreement_lib
 from trainer import checkpointing
 from trainer import device_input
-from trainer import evaluate
 from trainer import engines
+from trainer import evaluate
+from trainer import experiment
 from trainer import init_from
 from trainer import metrics_log
-from trainer import agreement as agreement_lib
-from trainer import optim
 from trainer import mfu
+from trainer import optim
 from trainer import preemption
 from trainer import profiling
-from trainer import setup
 from trainer import state as state_lib
 from trainer import unreadable
 
@@ -45,18 +45,18 @@ def _format_eta(seconds: float) -> str:
       f'{seconds // 60}m{seconds % 60:02d}s')
 
 
-def _prepare_workdir(exp: setup.Experiment, workdir: str) -> None:
+def _prepare_workdir(exp: experiment.Experiment, workdir: str) -> None:
   """Creates the work dir, saves config.json and classes.json (process 0)."""
   if jax.process_index() != 0:
     return
   os.makedirs(workdir, exist_ok=True)
-  config_loader.save(exp.config, workdir)
-  class_map_path = os.path.join(workdir, setup.CLASS_MAP_FILE_NAME)
+  schema.save(exp.config, workdir)
+  class_map_path = os.path.join(workdir, experiment.CLASS_MAP_FILE_NAME)
   if exp.config.data.source in ('folder', 'shapes') and not os.path.exists(class_map_path):
     folder.write_class_map(class_map_path, exp.dataset.class_names)
 
 
-def _initial_state(exp: setup.Experiment, checkpointer: checkpointing.Checkpointer,
+def _initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Checkpointer,
                    saved_length: tuple[int, int] | None):
   """The latest checkpoint's state if there is one, else a fresh state.
 
@@ -108,7 +108,7 @@ def schedule_change_warning(config, step: int, old_length: tuple[int, int],
 def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   """Trains to config's length, resuming from the work dir's latest checkpoint."""
   # --- Mesh, data, model, optimiser: everything the config determines.
-  exp = setup.build_experiment(config, workdir)
+  exp = experiment.build_experiment(config, workdir)
   # init.* says how a run starts: once the work dir has a checkpoint, the
   # source is neither read nor needed (it may be gone).
   if config.init.from_workdir and checkpointing.latest_step(workdir) is None:
@@ -118,8 +118,8 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   # or the engine stops here with nothing written.
   engine = engines.create_engine(exp)
   eval_fn = evaluate.compile_eval_step(exp)
-  saved = config_loader.load_saved(workdir)  # before this run's replaces it
-  saved_length = (setup.training_length(saved, exp.dataset.num_train_examples)
+  saved = schema.load_saved(workdir)  # before this run's replaces it
+  saved_length = (experiment.training_length(saved, exp.dataset.num_train_examples)
                   if saved is not None else None)
   _prepare_workdir(exp, workdir)
   is_chief = jax.process_index() == 0
@@ -229,7 +229,7 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop, unreadable_exampl
     state = engine.state()
     # The schedule's length, so that a resume with another length can say
     # how the learning rate jumps (schedule_change_warning).
-    meta = {'step': step, 'data_position': step, 'total_steps': total,
+    meta = {'step': step, 'total_steps': total,
             'steps_per_epoch': exp.steps_per_epoch}
     checkpointer.save(step, state, meta)
     if eval_metrics is not None:

@@ -2,7 +2,7 @@
 
 The training loop (trainer/train.py) drives an engine through `Engine` below
 and knows nothing else about it. The model, the loss and gradient code
-(trainer/steps.py), the optimiser, the input, metrics and checkpoints are
+(trainer/step_functions.py), the optimiser, the input, metrics and checkpoints are
 shared; the engines differ only in where the parameters live and how the
 workers' gradients are combined:
 

@@ -8,13 +8,13 @@ import jax
 import numpy as np
 
 from trainer import memory
-from trainer import steps
+from trainer import step_functions
 
 
 def compile_train_step(exp):
   """The train step, compiled before the loop so its memory use is known."""
   fn = jax.jit(
-      functools.partial(steps.train_step, model=exp.model, tx=exp.tx,
+      functools.partial(step_functions.train_step, model=exp.model, tx=exp.tx,
                         learning_rate_fn=exp.learning_rate_fn,
                         label_smoothing=exp.config.label_smoothing,
                         mixup_alpha=exp.config.mixup_alpha,

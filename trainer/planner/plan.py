@@ -20,10 +20,10 @@ import os
 from absl import logging
 import jax
 
-from cli.errors import UsageError
-from cli import validation
-from cli.validation import parse_list
-from trainer import setup
+from configs.errors import UsageError
+from trainer import validation
+from trainer.validation import parse_list
+from trainer import experiment
 from trainer.planner import formulas
 from trainer.planner import measure
 
@@ -35,7 +35,7 @@ def _powers_of_two_to(limit: int) -> list[int]:
 
 
 def run_plan(config, workdir: str) -> dict:
-  plan = config.plan  # values checked by cli/validation.py
+  plan = config.plan  # values checked by trainer/validation.py
   batches = parse_list('plan.batch_sizes', plan.batch_sizes)
   local_workers = validation.num_ps_workers(config, jax.device_count())
   if local_workers > jax.device_count():
@@ -46,7 +46,7 @@ def run_plan(config, workdir: str) -> dict:
   config = config.copy_and_resolve_references()
   config.data.source = 'synthetic'
   config.data.num_synthetic_examples = max(batches) * local_workers
-  exp = setup.build_experiment(config, workdir)
+  exp = experiment.build_experiment(config, workdir)
 
   # --- Measure, here.
   points = measure.compute_sweep(exp, local_workers, batches, plan.repeats,

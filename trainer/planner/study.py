@@ -19,12 +19,12 @@ from absl import logging
 import jax
 import numpy as np
 
-from cli.errors import UsageError
-from cli import validation
-from cli.validation import parse_list
+from configs.errors import UsageError
+from trainer import validation
+from trainer.validation import parse_list
 from trainer import device_input
 from trainer import engines
-from trainer import setup
+from trainer import experiment
 from trainer import state as state_lib
 from trainer.planner import formulas
 from trainer.planner import measure
@@ -36,7 +36,7 @@ _WARMUP_STEPS = 2
 
 def grid(config) -> list[dict]:
   """Every cell of the study, in the order they run."""
-  study = config.study  # values checked by cli/validation.py
+  study = config.study  # values checked by trainer/validation.py
   models = [m.strip() for m in study.models.split(',') if m.strip()]
   bandwidths = parse_list('study.bandwidths_gbps', study.bandwidths_gbps, float)
   cells = []
@@ -194,7 +194,7 @@ def run_study(config, workdir: str) -> dict:
   measure.reuse_compilations(tempfile.mkdtemp(prefix='study_xla_cache_'))
   with open(os.path.join(workdir, RESULTS_FILE), 'a') as out:
     for i, cell in enumerate(todo):
-      exp = setup.build_experiment(cell_config(config, cell), workdir)
+      exp = experiment.build_experiment(cell_config(config, cell), workdir)
       before = predictor.compute_s(exp, cell)
       measured, split = measure_step_s(exp, config.study.steps)
       after = predictor.compute_s(exp, cell)

@@ -24,8 +24,8 @@ from absl import logging
 import jax
 import numpy as np
 
-from cli import validation
-from cli.errors import UsageError
+from trainer import validation
+from configs.errors import UsageError
 from trainer import optim
 from trainer.engines.ps import link
 from trainer.engines.ps import partition

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trainer import steps
+from trainer import step_functions
 from trainer.engines.ps import wire
 
 AXIS = 'workers'
@@ -31,7 +31,7 @@ def local_gradients(exp, on_gradient=None):
   """
   config = exp.config
   compute = functools.partial(
-      steps.compute_gradients, model=exp.model,
+      step_functions.compute_gradients, model=exp.model,
       label_smoothing=config.label_smoothing, mixup_alpha=config.mixup_alpha,
       grad_accum_steps=config.grad_accum_steps, seed=config.seed,
       nan_at_step=config.debug.nan_at_step,

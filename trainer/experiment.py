@@ -11,7 +11,7 @@ import jax
 import ml_collections
 import optax
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 from input_pipeline import create_dataset
 from models import registry
 from trainer import mesh as mesh_lib

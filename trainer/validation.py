@@ -9,7 +9,7 @@ import math
 
 import ml_collections
 
-from cli.errors import UsageError
+from configs.errors import UsageError
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 OPTIMIZERS = ('sgd', 'adamw')

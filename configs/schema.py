@@ -1,0 +1,109 @@
+"""The config schema's values in and out: checked against configs/default.py.
+
+Every config, from a recipe, the command line or a work dir's config.json,
+becomes a full ConfigDict of the schema here: an unknown key or a value of
+the wrong type is a UsageError naming the key. A work dir's config is
+`config.json`, a flat {"dotted.key": value} object. Nothing here imports
+jax or tensorflow.
+"""
+
+import json
+import os
+from typing import Any
+
+import ml_collections
+
+from configs import default as default_config
+from configs.errors import UsageError
+
+CONFIG_FILE_NAME = 'config.json'
+
+
+def dotted_items(config: ml_collections.ConfigDict, prefix: str = '') -> dict[str, Any]:
+  """{'a.b': value} for every leaf of a (nested) ConfigDict."""
+  flat = {}
+  for key, value in config.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, ml_collections.ConfigDict):
+      flat.update(dotted_items(value, name + '.'))
+    else:
+      flat[name] = value
+  return flat
+
+
+def set_value(config: ml_collections.ConfigDict, dotted: str, value: Any) -> None:
+  *parents, leaf = dotted.split('.')
+  node = config
+  for part in parents:
+    node = node[part]
+  with node.ignore_type():
+    node[leaf] = value
+
+
+def _type_name(value: Any) -> str:
+  return type(value).__name__
+
+
+def coerce(key: str, value: Any, default: Any, *, source: str) -> Any:
+  """Returns `value` converted to the type of `default`, or raises UsageError."""
+  expected = type(default)
+  if expected is bool:
+    if isinstance(value, bool):
+      return value
+  elif expected is int:
+    if isinstance(value, int) and not isinstance(value, bool):
+      return value
+  elif expected is float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+      return float(value)
+  elif expected is str:
+    if isinstance(value, str):
+      return value
+  elif expected in (tuple, list):
+    if isinstance(value, (tuple, list)):
+      return tuple(tuple(v) if isinstance(v, list) else v for v in value)
+  raise UsageError(
+      f'{source}: {key}={value!r} has type {_type_name(value)}; '
+      f'expected {expected.__name__} (default {default!r})')
+
+
+def unknown_key_error(key: str, schema: dict[str, Any], source: str) -> UsageError:
+  parent = key.rsplit('.', 1)[0] + '.' if '.' in key else ''
+  siblings = sorted(k for k in schema if k.startswith(parent)
+                    and '.' not in k[len(parent):])
+  return UsageError(f'{source}: unknown config key {key!r}; known keys'
+                    f'{" in " + parent[:-1] if parent else ""}: '
+                    f'{", ".join(siblings)}')
+
+
+def conform_to_schema(values: dict[str, Any], *, source: str) -> ml_collections.ConfigDict:
+  """A full config from flat `values`: unknown keys and wrong types are errors."""
+  config = default_config.get_config()
+  schema = dotted_items(config)
+  for key, value in values.items():
+    if key not in schema:
+      raise unknown_key_error(key, schema, source)
+    set_value(config, key, coerce(key, value, schema[key], source=source))
+  return config
+
+
+def load_saved(workdir: str) -> ml_collections.ConfigDict | None:
+  """The config.json a previous run saved in `workdir`, or None."""
+  path = os.path.join(workdir, CONFIG_FILE_NAME)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      values = json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise UsageError(f'{path}: unreadable saved config: {e}') from None
+  return conform_to_schema(values, source=path)
+
+
+def save(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes config.json atomically (a crash never leaves half a file)."""
+  path = os.path.join(workdir, CONFIG_FILE_NAME)
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(dotted_items(config), f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
