@@ -5,7 +5,7 @@ import json
 import signal
 
 from tests.helpers import run_main
-from tests.test_end_to_end import _interrupt, _records, tiny_run_flags
+from tests.test_end_to_end import _pause_and_signal, _records, tiny_run_flags
 
 
 def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
@@ -20,12 +20,10 @@ def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
   assert 'compute' in result.stderr and 'push' in result.stderr  # time split
 
   interrupted = str(tmp_path / 'interrupted')
-  process = run_main(f'--workdir={interrupted}', *flags, background=True)
-  stopped = _interrupt(interrupted, process, 3, signal.SIGTERM)
-  assert stopped < 16
+  _pause_and_signal(interrupted, 3, signal.SIGTERM, *flags)  # saves step 3
   result = run_main(f'--workdir={interrupted}')
   assert result.returncode == 0, result.stderr[-3000:]
-  assert f'Resuming from step {stopped}' in result.stderr
+  assert 'Resuming from step 3' in result.stderr
   losses = lambda w: {r['step']: r['loss'] for r in _records(w, 'train')}
   assert losses(interrupted) == losses(straight)  # bitwise: same floats
   record = _records(interrupted, 'train')[-1]
