@@ -98,3 +98,14 @@ def test_a_folder_data_set_names_a_corrupt_file_once_over_two_epochs(tmp_path):
   list(dataset.eval_batches())
   assert dataset.skipped_counts()['train'] == 2  # read, and skipped, twice
   assert dataset.unreadable_examples() == {'train': [str(broken)], 'eval': []}
+
+
+def test_names_survive_the_real_gather(tmp_path):
+  # JAX's process_allgather in this one process: the sizes, then the names'
+  # bytes padded to the longest, decoded back (non-ASCII included).
+  dataset = _Dataset()
+  dataset.found['train'] |= {'train/é/3.jpg', 'train/a/10.jpg'}
+  examples = unreadable.UnreadableExamples(str(tmp_path), dataset, process_count=2,
+                                           is_chief=True)
+  examples.update()
+  assert unreadable.read(str(tmp_path)) == ['train/a/10.jpg', 'train/é/3.jpg']

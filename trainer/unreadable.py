@@ -21,7 +21,7 @@ def read(workdir: str) -> list[str]:
   path = os.path.join(workdir, FILE_NAME)
   if not os.path.exists(path):
     return []
-  with open(path) as f:
+  with open(path, encoding='utf-8') as f:
     return [line.rstrip('\n') for line in f if line.strip()]
 
 
@@ -76,7 +76,7 @@ class UnreadableExamples:
     self._names |= added
     if self._is_chief:
       tmp = self._path + '.tmp'
-      with open(tmp, 'w') as f:
+      with open(tmp, 'w', encoding='utf-8') as f:
         f.write(''.join(name + '\n' for name in sorted(self._names)))
       os.replace(tmp, self._path)
 
