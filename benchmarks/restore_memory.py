@@ -64,10 +64,19 @@ def _config(model: str, source: str = ''):
   return config
 
 
+def _experiment():
+  """trainer/experiment.py: build_experiment (trainer/setup.py in older code)."""
+  try:
+    from trainer import experiment  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    from trainer import setup as experiment  # pylint: disable=g-import-not-at-top
+  return experiment
+
+
 def write_source(model: str, workdir: str) -> None:
   """A checkpoint of a fresh state (parameters + AdamW state) in `workdir`."""
-  from trainer import checkpointing, setup, state as state_lib  # pylint: disable=g-import-not-at-top
-  exp = setup.build_experiment(_config(model), workdir)
+  from trainer import checkpointing, state as state_lib  # pylint: disable=g-import-not-at-top
+  exp = _experiment().build_experiment(_config(model), workdir)
   state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
                                        exp.state_shardings, seed=0)
   checkpointer = checkpointing.Checkpointer(workdir)
@@ -78,9 +87,9 @@ def write_source(model: str, workdir: str) -> None:
 def measure(case: str, model: str, source: str, scratch: str) -> dict:
   """Runs in the child: one case's restore, with its memory."""
   import jax  # pylint: disable=g-import-not-at-top
-  from trainer import checkpointing, init_from, setup, state as state_lib  # pylint: disable=g-import-not-at-top
+  from trainer import checkpointing, init_from, state as state_lib  # pylint: disable=g-import-not-at-top
   config = _config(model, source)
-  exp = setup.build_experiment(config, scratch)
+  exp = _experiment().build_experiment(config, scratch)
   if case == 'finetune':
     state = state_lib.create_train_state(exp.model, exp.tx, config.data.image_size,
                                          exp.state_shardings, seed=1)
