@@ -33,12 +33,6 @@ class Agreement:
     flags = _gather(np.array([stop_requested, save_due_here], np.int32))
     return bool(flags[:, 0].any()), bool(flags[0, 1])
 
-  def total(self, value: int) -> int:
-    """`value` summed over processes (call it at the same step on all)."""
-    if self._process_count == 1:
-      return value
-    return int(_gather(np.array([value], np.int64)).sum())
-
 
 def _gather(array: np.ndarray) -> np.ndarray:
   """[process_count, ...]: every process's `array`."""

@@ -105,6 +105,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _check_plan_and_study(config)
   _one_of('nonfinite', config.nonfinite, NONFINITE)
   _at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
+  _at_least('debug.pause_at_step', config.debug.pause_at_step, -1)
   _at_least('init.checkpoint_step', config.init.checkpoint_step, -1)
   # Whether init.from_workdir exists is for the trainer to check: only a run
   # without a checkpoint of its own reads it (trainer/init_from.py).
