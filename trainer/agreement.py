@@ -30,11 +30,12 @@ class Agreement:
     clock says so."""
     if self._process_count == 1:
       return stop_requested, save_due_here
-    flags = _gather(np.array([stop_requested, save_due_here], np.int32))
+    flags = gather_from_processes(np.array([stop_requested, save_due_here], np.int32))
     return bool(flags[:, 0].any()), bool(flags[0, 1])
 
 
-def _gather(array: np.ndarray) -> np.ndarray:
-  """[process_count, ...]: every process's `array`."""
+def gather_from_processes(array: np.ndarray) -> np.ndarray:
+  """[process_count, ...]: every process's `array` (a collective: call it
+  on every process at the same point)."""
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   return np.asarray(multihost_utils.process_allgather(array)).reshape(-1, *array.shape)

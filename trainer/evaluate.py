@@ -6,11 +6,11 @@ import json
 
 from absl import logging
 import jax
-from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
 
 from configs.errors import UsageError
+from trainer import agreement
 from trainer import checkpointing
 from trainer import device_input
 from trainer import experiment
@@ -66,7 +66,7 @@ def _add_sums(totals: dict, sums: dict) -> dict:
 def _sum_over_processes(value: int) -> int:
   if jax.process_count() == 1:
     return int(value)
-  return int(np.sum(multihost_utils.process_allgather(np.int64(value))))
+  return int(np.sum(agreement.gather_from_processes(np.int64(value))))
 
 
 def summary_json(summary: dict) -> str:

@@ -11,6 +11,8 @@ import os
 from absl import logging
 import jax
 
+from trainer import validation
+
 PROFILE_DIR_NAME = 'profile'
 
 
@@ -18,8 +20,7 @@ class StepTracer:
   """Starts the trace before step A runs and stops it once step B-1 is done."""
 
   def __init__(self, workdir: str, profile_steps: str, enabled: bool):
-    # 'A,B', already checked by the config's validation; '' is off.
-    steps = tuple(int(s) for s in profile_steps.split(',')) if profile_steps else None
+    steps = validation.profile_steps(profile_steps)  # None when ''
     self._steps = steps if enabled else None
     self._directory = os.path.join(workdir, PROFILE_DIR_NAME)
     self._active = False

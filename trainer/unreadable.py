@@ -13,6 +13,8 @@ import os
 
 import numpy as np
 
+from trainer import agreement
+
 FILE_NAME = 'unreadable_files.txt'
 
 
@@ -34,12 +36,6 @@ def _decode(data: np.ndarray) -> list[str]:
   return text.split('\n') if text else []
 
 
-def _allgather(array: np.ndarray) -> np.ndarray:
-  """[process_count, ...]: every process's `array` (a collective)."""
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  return np.asarray(multihost_utils.process_allgather(array)).reshape(-1, *array.shape)
-
-
 class UnreadableExamples:
   """The distinct unreadable examples of a work dir, over all processes.
 
@@ -48,7 +44,7 @@ class UnreadableExamples:
   """
 
   def __init__(self, workdir: str, dataset, *, process_count: int,
-               is_chief: bool, allgather=_allgather):
+               is_chief: bool, allgather=agreement.gather_from_processes):
     self._path = os.path.join(workdir, FILE_NAME)
     self._dataset = dataset
     self._process_count = process_count
