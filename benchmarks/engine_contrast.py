@@ -50,9 +50,9 @@ def _measure(config, steps: int, warmup: int) -> dict:
   """Median step time and the mean time split over `steps` timed steps."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from trainer import device_input, engines, setup  # pylint: disable=g-import-not-at-top
+  from trainer import device_input, engines, experiment  # pylint: disable=g-import-not-at-top
   from trainer import state as state_lib  # pylint: disable=g-import-not-at-top
-  exp = setup.build_experiment(config, '/nonexistent')
+  exp = experiment.build_experiment(config, '/nonexistent')
   compile_start = time.perf_counter()
   engine = engines.create_engine(exp)
   compile_s = time.perf_counter() - compile_start

@@ -24,7 +24,7 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import imagenet_vit_b16, imagenet_vit_l16  # pylint: disable=g-import-not-at-top,wrong-import-position
-from trainer import memory, setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainer import experiment, memory  # pylint: disable=g-import-not-at-top,wrong-import-position
 from trainer.engines import spmd  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RECIPES = {'vit_b16': imagenet_vit_b16, 'vit_l16': imagenet_vit_l16}
@@ -39,9 +39,9 @@ def measure(model_name: str, mesh_shape, batch_size: int) -> dict:
   config.batch_size = batch_size
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh_shape
   with tempfile.TemporaryDirectory() as workdir:
-    exp = setup.build_experiment(config, workdir)
+    exp = experiment.build_experiment(config, workdir)
     start = time.perf_counter()
-    compiled = spmd.compile_train_step(exp)
+    compiled, _ = spmd.compile_train_step(exp)
     compile_s = time.perf_counter() - start
   usage = memory.report(compiled, exp.abstract_state)
   total_state = sum(int(np.prod(x.shape)) * x.dtype.itemsize

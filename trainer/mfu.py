@@ -38,7 +38,12 @@ def train_step_flops(exp) -> float:
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                           exp.abstract_state)
   with exp.tracing_context():
-    cost = fn.lower(abstract, batch_spec).cost_analysis()
+    return lowered_flops(fn.lower(abstract, batch_spec))
+
+
+def lowered_flops(lowered) -> float:
+  """XLA's FLOPs of a lowered (not yet partitioned) program."""
+  cost = lowered.cost_analysis()
   if isinstance(cost, (list, tuple)):  # older jax: one dict per program
     cost = cost[0]
   return float(cost.get('flops', 0.0))
@@ -80,8 +85,10 @@ class Utilization:
   """A run's model FLOPs per step and its devices' peak, measured once at
   the start; `of(step_time_s)` is the MFU of a step that took that long."""
 
-  def __init__(self, exp):
-    self.flops_per_step = train_step_flops(exp)
+  def __init__(self, exp, flops_per_step: float | None = None):
+    """flops_per_step: the engine's own count when it has one (saves
+    tracing the train step again), else train_step_flops(exp)."""
+    self.flops_per_step = flops_per_step or train_step_flops(exp)
     self.peak_flops = local_peak_times_processes(list(exp.mesh.devices.flat),
                                                  exp.model.dtype)
 

@@ -8,11 +8,14 @@ import jax
 import numpy as np
 
 from trainer import memory
+from trainer import mfu
 from trainer import step_functions
 
 
 def compile_train_step(exp):
-  """The train step, compiled before the loop so its memory use is known."""
+  """The train step, compiled before the loop so its memory use is known;
+  returns (the compiled step, its FLOPs when the model computes convolutions
+  in XLA's form, else None)."""
   fn = jax.jit(
       functools.partial(step_functions.train_step, model=exp.model, tx=exp.tx,
                         learning_rate_fn=exp.learning_rate_fn,
@@ -34,12 +37,17 @@ def compile_train_step(exp):
   }
   start = time.perf_counter()
   with exp.tracing_context():
-    compiled = fn.lower(exp.abstract_state, batch_spec).compile()
+    lowered = fn.lower(exp.abstract_state, batch_spec)
+    compiled = lowered.compile()
   usage = memory.report(compiled, exp.abstract_state)
   logging.info('Compiled the train step in %.1fs; memory %s',
                time.perf_counter() - start, usage.describe())
   memory.check_fits(usage, memory.device_capacity(exp.config.runtime.device_memory_gib))
-  return compiled
+  # The model's FLOPs for MFU (trainer/mfu.py) count convolutions in XLA's
+  # form; in that form this program's own count is the one, with no second
+  # trace.
+  flops = mfu.lowered_flops(lowered) if exp.model.conv_form == 'xla' else None
+  return compiled, flops
 
 
 class SpmdEngine:
@@ -48,7 +56,7 @@ class SpmdEngine:
 
   def __init__(self, exp):
     self.batch_sharding = exp.batch_sharding
-    self._train_step = compile_train_step(exp)
+    self._train_step, self.flops_per_step = compile_train_step(exp)
     self._state = None
     self._pending = []
 
