@@ -17,7 +17,7 @@ quickstart: $(STAMP)
 	$(VENV)/bin/python main.py --config=configs/quickstart.py --workdir=$(WORKDIR)
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile tests
 
 clean-venv:
 	rm -rf $(VENV)

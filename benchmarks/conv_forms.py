@@ -2,12 +2,13 @@
 
 XLA's convolution against patches-then-matmul (models/conv_forms.py), one
 layer at a time on one device (the whole machine), for the layer shapes of a
-ResNet-18 at a given resolution, per-device batch and width. Prints one JSON
+ResNet-18 or ResNet-50 at a given resolution, per-device batch and width. Prints one JSON
 line per layer: GFLOP/s of each form (FLOPs of the layer without padding
 taps: 3 x 2 x N x Ho x Wo x kh x kw x Cin x Cout) and which form by_shape
 picks. This is the measurement behind by_shape's rule.
 
   .venv/bin/python benchmarks/conv_forms.py --batch=16 --image_size=64 --width=64
+  .venv/bin/python benchmarks/conv_forms.py --net=resnet50 --batch=8 --image_size=224
 """
 
 import json
@@ -24,6 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from models import conv_forms  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+flags.DEFINE_enum('net', 'resnet18', ['resnet18', 'resnet50'], 'Whose layers.')
 flags.DEFINE_integer('batch', 16, 'Images per layer call (per-device batch).')
 flags.DEFINE_integer('image_size', 64, 'Input resolution of the network.')
 flags.DEFINE_integer('width', 64, 'Channels of the first stage (64: published).')
@@ -43,6 +45,23 @@ def resnet18_layers(image_size: int, width: int):
     side //= stride
     layers.append((side, out, out, 3, 1))
     channels = out
+  return layers
+
+
+def resnet50_layers(image_size: int, width: int):
+  """As resnet18_layers, for the bottleneck blocks (the stride on the 3x3):
+  each stage's first block (1x1 in, strided 3x3, 1x1 out, 1x1 projection),
+  then a repeated block's 1x1 in, 3x3 and 1x1 out."""
+  layers = [(image_size, 3, width, 7, 2)]
+  side, channels = image_size // 4, width
+  for stage in range(4):
+    filters = width * 2**stage
+    stride = 1 if stage == 0 else 2
+    layers += [(side, channels, filters, 1, 1), (side, filters, filters, 3, stride)]
+    out_side = side // stride
+    layers += [(out_side, filters, 4 * filters, 1, 1), (side, channels, 4 * filters, 1, stride),
+               (out_side, 4 * filters, filters, 1, 1), (out_side, filters, filters, 3, 1)]
+    side, channels = out_side, 4 * filters
   return layers
 
 
@@ -66,7 +85,8 @@ def time_grad(form: str, x, kernel, stride: int, pad: int, repeats: int) -> floa
 
 def main(argv):
   del argv
-  for side, cin, cout, k, stride in resnet18_layers(FLAGS.image_size, FLAGS.width):
+  layers = {'resnet18': resnet18_layers, 'resnet50': resnet50_layers}[FLAGS.net]
+  for side, cin, cout, k, stride in layers(FLAGS.image_size, FLAGS.width):
     pad = k // 2
     x = jnp.ones((FLAGS.batch, side, side, cin))
     kernel = jnp.full((k, k, cin, cout), 0.01)

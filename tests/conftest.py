@@ -5,7 +5,9 @@ Most tests run main.py, and many compile the same tiny programs again (a
 resume, an eval of what was just trained). JAX's persistent compilation
 cache (the one `runtime.compilation_cache_dir` turns on) lets every process
 of the session load a program compiled before. It starts empty each session,
-so no test depends on an earlier session's programs.
+so no test depends on an earlier session's programs. Under pytest-xdist
+(the README's command runs one worker per core) the workers share the
+controller's cache.
 """
 
 import os
@@ -15,9 +17,12 @@ import tempfile
 os.environ['XLA_FLAGS'] = (
     os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-_COMPILATION_CACHE = tempfile.mkdtemp(prefix='imagetrain-test-xla-cache-')
-# Read by JAX in this process and in every main.py the tests start.
-os.environ['JAX_COMPILATION_CACHE_DIR'] = _COMPILATION_CACHE
+# An xdist worker inherits the controller's environment, cache included.
+_OWNS_CACHE = 'PYTEST_XDIST_WORKER' not in os.environ
+if _OWNS_CACHE:
+  # Read by JAX in this process and in every main.py the tests start.
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(
+      prefix='imagetrain-test-xla-cache-')
 os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0.5'
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -25,7 +30,8 @@ import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
-  shutil.rmtree(_COMPILATION_CACHE, ignore_errors=True)
+  if _OWNS_CACHE:
+    shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 
 
 @pytest.fixture(scope='session')

@@ -23,6 +23,21 @@ LATEST_DIR = 'checkpoints'
 BEST_DIR = 'checkpoints_best'
 
 
+def _write_replicated_arrays_whole() -> None:
+  """Saves each replicated array as one write, where one process owns them all.
+
+  Orbax's default splits a replicated array among its replicas so that each
+  host writes a part. Within one process that buys nothing and costs a jitted
+  slice per (array, replica): 104 compilations, 5 s, on the first save of a
+  tiny ResNet-18 on 8 CPU devices. With several processes the split still
+  spreads the writing over hosts, so it stays.
+  """
+  ocp.type_handlers.register_type_handler(
+      jax.Array,
+      ocp.type_handlers.ArrayHandler(use_replica_parallel=jax.process_count() > 1),
+      override=True)
+
+
 def _manager(directory: str, *, keep: int, async_save: bool,
              keep_best: bool = False) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(
@@ -121,6 +136,7 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, keep: int = 3, async_save: bool = True,
                keep_best: bool = False):
+    _write_replicated_arrays_whole()
     self._latest = _manager(os.path.join(workdir, LATEST_DIR), keep=keep,
                             async_save=async_save)
     self._best = (_manager(os.path.join(workdir, BEST_DIR), keep=1,

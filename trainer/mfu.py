@@ -74,11 +74,11 @@ def measured_peak_flops(devices, dtype, repeats: int = 10) -> float:
   return best
 
 
-def local_peak_times_processes(devices, dtype) -> float:
+def local_peak_times_processes(devices, dtype, repeats: int) -> float:
   """The peak of all `devices`: measured on this process's share of them
   (no other process need take part) and scaled by the process count."""
   local = [d for d in devices if d.process_index == jax.process_index()]
-  return measured_peak_flops(local, dtype) * jax.process_count()
+  return measured_peak_flops(local, dtype, repeats) * jax.process_count()
 
 
 class Utilization:
@@ -89,8 +89,10 @@ class Utilization:
     """flops_per_step: the engine's own count when it has one (saves
     tracing the train step again), else train_step_flops(exp)."""
     self.flops_per_step = flops_per_step or train_step_flops(exp)
+    # 3 runs, not bench's 10 before and 10 after: a logged figure is not
+    # worth 2 s of every run's start-up on a CPU (a third of a tiny test run).
     self.peak_flops = local_peak_times_processes(list(exp.mesh.devices.flat),
-                                                 exp.model.dtype)
+                                                 exp.model.dtype, repeats=3)
 
   def of(self, step_time_s: float) -> float:
     return mfu(self.flops_per_step, step_time_s, self.peak_flops)
