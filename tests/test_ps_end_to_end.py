@@ -45,11 +45,15 @@ def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
 
 
 def test_asynchronous_ps_with_staleness_2_trains_the_quickstart(tmp_path, shapes_dir):
+  # Evaluated once, at the end (not after each of the 8 epochs): only the
+  # final accuracy is checked. Shorter schedules were measured too near the
+  # bar (0.86-0.94 after 4 epochs, 0.91 after 6: asynchronous runs differ).
   workdir = str(tmp_path / 'async')
   result = run_main(f'--workdir={workdir}', '--config=configs/quickstart.py',
                     f'--config.data.dir={shapes_dir}', '--config.engine=ps',
                     '--config.ps.mode=async', '--config.ps.max_staleness=2',
                     '--config.ps.num_workers=2', '--config.ps.num_shards=2',
+                    '--config.eval_every_steps=1000',
                     timeout=1200)
   assert result.returncode == 0, result.stderr[-3000:]
   final = _records(workdir, 'eval')[-1]
