@@ -10,7 +10,8 @@ from tests.test_end_to_end import _pause_and_signal, _records, tiny_run_flags
 
 def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
     tmp_path, shapes_dir):
-  flags = tiny_run_flags(shapes_dir, num_train_steps=16, log_every_steps=1,
+  # 8 steps: the pause at step 3 leaves 5 to resume, the SPMD run 2 more.
+  flags = tiny_run_flags(shapes_dir, num_train_steps=8, log_every_steps=1,
                          eval_every_steps=100, engine='ps',
                          **{'checkpoint.every_steps': 100, 'ps.num_shards': 2,
                             'ps.num_workers': 4})
@@ -34,14 +35,14 @@ def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
   # The PS checkpoint is an SPMD checkpoint: training goes on under SPMD,
   # and --mode=eval restores it.
   result = run_main(f'--workdir={interrupted}', '--config.engine=spmd',
-                    '--config.num_train_steps=20')
+                    '--config.num_train_steps=10')
   assert result.returncode == 0, result.stderr[-3000:]
-  assert 'Resuming from step 16' in result.stderr
-  assert max(r['step'] for r in _records(interrupted, 'train')) == 20
+  assert 'Resuming from step 8' in result.stderr
+  assert max(r['step'] for r in _records(interrupted, 'train')) == 10
   result = run_main(f'--workdir={interrupted}', '--mode=eval')
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
-  assert summary['step'] == 20 and summary['num_examples'] == 600
+  assert summary['step'] == 10 and summary['num_examples'] == 600
 
 
 def test_asynchronous_ps_with_staleness_2_trains_the_quickstart(tmp_path, shapes_dir):
