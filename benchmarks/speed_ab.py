@@ -13,8 +13,10 @@ them to a file.
       --variant='xla: --config.model.conv_form=xla' \
       --variant='by_shape: --config.model.conv_form=by_shape'
 
-A variant's settings may start with ENV:NAME=VALUE to set an environment
-variable (for example ENV:XLA_FLAGS=--xla_cpu_multi_thread_eigen=false).
+A variant's settings may include ENV:NAME=VALUE to set an environment
+variable (for example ENV:XLA_FLAGS=--xla_cpu_multi_thread_eigen=false),
+and TREE:PATH to run another checkout's main.py (say, `git worktree add
+/tmp/before HEAD~1` for the code before a change).
 """
 
 import json
@@ -40,26 +42,31 @@ _SUMMARY_KEYS = ('compile_s', 'images_per_sec', 'step_time_median_s', 'mfu',
                  'peak_tflops', 'model_gflops_per_image', 'input_wait_fraction')
 
 
-def parse_variant(text: str) -> tuple[str, list[str], dict[str, str]]:
+def parse_variant(text: str) -> tuple[str, list[str], dict[str, str], str]:
+  """(name, main.py flags, environment, checkout) of a --variant."""
   name, sep, rest = text.partition(':')
   if not sep or not name.strip():
     raise app.UsageError(f'--variant={text!r}: expected NAME: FLAGS')
-  args, env = [], {}
+  args, env, tree = [], {}, _ROOT
   for token in shlex.split(rest):
     if token.startswith('ENV:'):
       key, _, value = token[4:].partition('=')
       env[key] = value
+    elif token.startswith('TREE:'):
+      tree = os.path.abspath(token[5:])
+      if not os.path.isfile(os.path.join(tree, 'main.py')):
+        raise app.UsageError(f'--variant={text!r}: {tree} has no main.py')
     else:
       args.append(token)
-  return name.strip(), args, env
+  return name.strip(), args, env, tree
 
 
-def run_once(args: list[str], env: dict[str, str]) -> dict:
+def run_once(args: list[str], env: dict[str, str], tree: str) -> dict:
   with tempfile.TemporaryDirectory() as workdir:
-    command = [sys.executable, os.path.join(_ROOT, 'main.py'), '--mode=bench',
+    command = [sys.executable, os.path.join(tree, 'main.py'), '--mode=bench',
                f'--workdir={workdir}', *shlex.split(FLAGS.common), *args]
     result = subprocess.run(command, capture_output=True, text=True,
-                            env={**os.environ, **env}, cwd=_ROOT, check=False)
+                            env={**os.environ, **env}, cwd=tree, check=False)
   if result.returncode != 0:
     raise RuntimeError(f'{" ".join(command)} failed:\n{result.stderr[-3000:]}')
   return json.loads(result.stdout.strip().splitlines()[-1])
@@ -70,11 +77,11 @@ def main(argv):
   variants = [parse_variant(v) for v in FLAGS.variant]
   if not variants:
     raise app.UsageError('give at least one --variant')
-  runs = {name: [] for name, _, _ in variants}
+  runs = {name: [] for name, *_ in variants}
   lines = []
   for round_index in range(FLAGS.rounds):
-    for name, args, env in variants:
-      record = {'variant': name, 'round': round_index, **run_once(args, env)}
+    for name, args, env, tree in variants:
+      record = {'variant': name, 'round': round_index, **run_once(args, env, tree)}
       runs[name].append(record)
       lines.append(record)
       print(json.dumps(record), flush=True)

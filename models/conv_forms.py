@@ -13,9 +13,11 @@ the input (benchmarks/conv_forms.py measures each ResNet layer both ways).
   xla       lax.conv_general_dilated everywhere (GPUs and TPUs: cuDNN and the
             TPU convolution units beat any rewrite)
   patches   patches then matmul for every plain convolution
-  by_shape  patches where they won on CPU: at least MIN_PATCH_FEATURES output
-            channels, and a stride above 1 or an output smaller than
-            STRIDE1_MAX_PIXELS pixels
+  by_shape  patches where they won on CPU: every 1x1 convolution (its
+            "patches" are the input itself, so the form is a plain matmul);
+            other kernels with at least MIN_PATCH_FEATURES output channels
+            and a stride above 1 or an output smaller than STRIDE1_MAX_PIXELS
+            pixels
 """
 
 import functools
@@ -33,6 +35,11 @@ FORMS = ('xla', 'patches', 'by_shape')
 # run near the peak (ResNet-18 at width 16: XLA's conv 1.3-1.8x faster).
 STRIDE1_MAX_PIXELS = 28 * 28
 MIN_PATCH_FEATURES = 64
+# 1x1 kernels are a matmul whatever their shape: measured on ResNet-50's
+# layers at 224 px (`benchmarks/conv_forms.py --net=resnet50`), XLA's CPU
+# convolution ran them at 3.5-34 GFLOP/s, the matmul at 31-66 (1.9-13.6x),
+# the largest gains at 56x56 and 28x28 outputs, where the rule above keeps
+# XLA's convolution for larger kernels.
 
 # The layout every model here uses: NHWC images, HWIO kernels.
 _NHWC = lax.ConvDimensionNumbers(lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1),
@@ -75,6 +82,8 @@ def patches_conv(x, kernel, strides: Sequence[int],
 def prefers_patches(x_shape, kernel_shape, strides, padding) -> bool:
   """by_shape's rule (see MIN_PATCH_FEATURES)."""
   kh, kw = kernel_shape[:2]
+  if kh == kw == 1:
+    return True
   ho = (x_shape[1] + sum(padding[0]) - kh) // strides[0] + 1
   wo = (x_shape[2] + sum(padding[1]) - kw) // strides[1] + 1
   if kernel_shape[-1] < MIN_PATCH_FEATURES:

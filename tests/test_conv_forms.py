@@ -46,6 +46,10 @@ def test_by_shape_rule():
   # Large stride-1 outputs and narrow layers keep XLA's convolution.
   assert not conv_forms.prefers_patches((8, 56, 56, 64), (3, 3, 64, 64), (1, 1), same)
   assert not conv_forms.prefers_patches((16, 4, 4, 32), (3, 3, 32, 32), (1, 1), same)
+  # A 1x1 kernel is a matmul at any size and width (ResNet-50's bottlenecks).
+  valid = ((0, 0), (0, 0))
+  assert conv_forms.prefers_patches((8, 56, 56, 64), (1, 1, 64, 256), (1, 1), valid)
+  assert conv_forms.prefers_patches((8, 16, 16, 16), (1, 1, 16, 32), (2, 2), valid)
 
 
 def test_unknown_form():
