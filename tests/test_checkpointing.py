@@ -168,3 +168,27 @@ def test_fine_tuning_reads_only_weights_onto_the_target_sharding(
   _assert_read_only_weights_on_their_shardings(arrays_read, exp.abstract_state)
   _assert_trees_equal(tuned.params, saved.params)
   _assert_trees_equal(tuned.opt_state, fresh.opt_state)  # afresh
+
+
+def test_a_single_process_save_compiles_nothing(tmp_path):
+  """Replicated arrays are written whole within one process: orbax's split
+  among replicas would compile a slice per (array, replica) on the first
+  save (104 compilations, 5 s, for a tiny ResNet-18 on 8 devices)."""
+  mesh = jax.make_mesh((8,), ('data',), axis_types=(jax.sharding.AxisType.Explicit,))
+  replicated = jax.NamedSharding(mesh, jax.P())
+  # Shapes no other test saves, so no slice program is already compiled.
+  state = {f'w{i}': jax.device_put(np.full((24 + i, 8), i, np.float32), replicated)
+           for i in range(6)}
+  compiles = []
+  listener = lambda event, duration, **kwargs: compiles.append(event)
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=1)
+    checkpointer.save(1, state, {'step': 1})
+    checkpointer.close()
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  assert '/jax/core/compile/backend_compile_duration' not in compiles
+  restored, _ = checkpointing.Checkpointer(str(tmp_path)).restore(
+      1, _abstract_like(state, jax.tree.map(lambda x: x.sharding, state)))
+  _assert_trees_equal(restored, state)
