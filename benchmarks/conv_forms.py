@@ -2,10 +2,10 @@
 
 XLA's convolution against patches-then-matmul (models/conv_forms.py), one
 layer at a time on one device (the whole machine), for the layer shapes of a
-ResNet-18 or ResNet-50 at a given resolution, per-device batch and width. Prints one JSON
-line per layer: GFLOP/s of each form (FLOPs of the layer without padding
-taps: 3 x 2 x N x Ho x Wo x kh x kw x Cin x Cout) and which form by_shape
-picks. This is the measurement behind by_shape's rule.
+ResNet-18 or ResNet-50 at a given resolution, per-device batch and width.
+Prints one JSON line per layer: GFLOP/s of each form (FLOPs of the layer
+without padding taps: 3 x 2 x N x Ho x Wo x kh x kw x Cin x Cout) and which
+form by_shape picks. This is the measurement behind by_shape's rule.
 
   .venv/bin/python benchmarks/conv_forms.py --batch=16 --image_size=64 --width=64
   .venv/bin/python benchmarks/conv_forms.py --net=resnet50 --batch=8 --image_size=224

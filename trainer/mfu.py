@@ -90,7 +90,7 @@ class Utilization:
     tracing the train step again), else train_step_flops(exp)."""
     self.flops_per_step = flops_per_step or train_step_flops(exp)
     # 3 runs, not bench's 10 before and 10 after: a logged figure is not
-    # worth 2 s of every run's start-up on a CPU (a third of a tiny test run).
+    # worth the 1.4 s more that every run's start-up took on a 2-core CPU.
     self.peak_flops = local_peak_times_processes(list(exp.mesh.devices.flat),
                                                  exp.model.dtype, repeats=3)
 
