@@ -27,14 +27,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 from absl import app
 from absl import flags
 
+import bench_runs  # benchmarks/bench_runs.py, beside this script
+
 _BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_BENCH_DIR)
 
 # This project's model names -> the example's.
 _FLAX_MODELS = {'resnet18': 'ResNet18', 'resnet34': 'ResNet34', 'resnet50': 'ResNet50'}
@@ -58,7 +58,7 @@ def flax_example_run() -> dict:
   """Times the example's pmapped train_step; runs in its own process, with
   the example's directory first on sys.path (its `models` and
   `input_pipeline` would collide with this project's)."""
-  ours = {os.path.abspath(p or '.') for p in (_BENCH_DIR, _ROOT)}
+  ours = {os.path.abspath(p or '.') for p in (_BENCH_DIR, bench_runs.ROOT)}
   sys.path[:] = [FLAGS.flax_imagenet_dir] + [
       p for p in sys.path if os.path.abspath(p or '.') not in ours]
   # pylint: disable=g-import-not-at-top
@@ -116,33 +116,18 @@ def flax_example_run() -> dict:
 
 
 def _env() -> dict:
-  env = dict(os.environ)
-  env['XLA_FLAGS'] = ' '.join(
-      [f'--xla_force_host_platform_device_count={FLAGS.devices}', FLAGS.xla_flags]).strip()
-  env.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-  return env
-
-
-def _last_json(stdout: str) -> dict:
-  for line in reversed(stdout.strip().splitlines()):
-    if line.startswith('{'):
-      return json.loads(line)
-  raise RuntimeError('no JSON line in the output')
+  """What both trainers' processes get on top of this process's environment."""
+  return {'XLA_FLAGS': f'--xla_force_host_platform_device_count={FLAGS.devices} '
+                       f'{FLAGS.xla_flags}'.strip(),
+          'TF_CPP_MIN_LOG_LEVEL': os.environ.get('TF_CPP_MIN_LOG_LEVEL', '3')}
 
 
 def run_ours() -> dict:
-  with tempfile.TemporaryDirectory() as workdir:
-    command = [sys.executable, os.path.join(_ROOT, 'main.py'), '--mode=bench',
-               f'--workdir={workdir}', f'--config.model.name={FLAGS.model}',
-               '--config.model.width=0', f'--config.data.image_size={FLAGS.image_size}',
-               f'--config.batch_size={FLAGS.batch_size}',
-               f'--config.bench.steps={FLAGS.steps}',
-               f'--config.bench.warmup_steps={FLAGS.warmup_steps}']
-    result = subprocess.run(command, cwd=_ROOT, env=_env(), text=True,
-                            capture_output=True, check=False)
-  if result.returncode:
-    raise RuntimeError(f'main.py --mode=bench failed: {result.stderr[-2000:]}')
-  record = _last_json(result.stdout)
+  record = bench_runs.run_bench(
+      [f'--config.model.name={FLAGS.model}', '--config.model.width=0',
+       f'--config.data.image_size={FLAGS.image_size}',
+       f'--config.batch_size={FLAGS.batch_size}', f'--config.bench.steps={FLAGS.steps}',
+       f'--config.bench.warmup_steps={FLAGS.warmup_steps}'], _env())
   record['trainer'] = 'this_project'
   return record
 
@@ -152,11 +137,12 @@ def run_flax() -> dict:
              *[f'--{name}={getattr(FLAGS, name)}' for name in (
                  'flax_imagenet_dir', 'model', 'image_size', 'batch_size', 'steps',
                  'warmup_steps')]]
-  result = subprocess.run(command, cwd=FLAGS.flax_imagenet_dir, env=_env(), text=True,
+  result = subprocess.run(command, cwd=FLAGS.flax_imagenet_dir,
+                          env={**os.environ, **_env()}, text=True,
                           capture_output=True, check=False)
   if result.returncode:
     raise RuntimeError(f'the Flax example failed: {result.stderr[-2000:]}')
-  return _last_json(result.stdout)
+  return bench_runs.last_json_line(result.stdout)
 
 
 def main(argv):

@@ -23,14 +23,11 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
-import sys
-import tempfile
 
 from absl import app
 from absl import flags
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import bench_runs  # benchmarks/bench_runs.py, beside this script
 
 flags.DEFINE_string('common', '', 'main.py flags every variant gets.')
 flags.DEFINE_multi_string('variant', [], 'NAME: flags (and ENV:K=V settings) of a variant.')
@@ -47,7 +44,7 @@ def parse_variant(text: str) -> tuple[str, list[str], dict[str, str], str]:
   name, sep, rest = text.partition(':')
   if not sep or not name.strip():
     raise app.UsageError(f'--variant={text!r}: expected NAME: FLAGS')
-  args, env, tree = [], {}, _ROOT
+  args, env, tree = [], {}, bench_runs.ROOT
   for token in shlex.split(rest):
     if token.startswith('ENV:'):
       key, _, value = token[4:].partition('=')
@@ -61,17 +58,6 @@ def parse_variant(text: str) -> tuple[str, list[str], dict[str, str], str]:
   return name.strip(), args, env, tree
 
 
-def run_once(args: list[str], env: dict[str, str], tree: str) -> dict:
-  with tempfile.TemporaryDirectory() as workdir:
-    command = [sys.executable, os.path.join(tree, 'main.py'), '--mode=bench',
-               f'--workdir={workdir}', *shlex.split(FLAGS.common), *args]
-    result = subprocess.run(command, capture_output=True, text=True,
-                            env={**os.environ, **env}, cwd=tree, check=False)
-  if result.returncode != 0:
-    raise RuntimeError(f'{" ".join(command)} failed:\n{result.stderr[-3000:]}')
-  return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main(argv):
   del argv
   variants = [parse_variant(v) for v in FLAGS.variant]
@@ -81,7 +67,8 @@ def main(argv):
   lines = []
   for round_index in range(FLAGS.rounds):
     for name, args, env, tree in variants:
-      record = {'variant': name, 'round': round_index, **run_once(args, env, tree)}
+      record = {'variant': name, 'round': round_index,
+                **bench_runs.run_bench([*shlex.split(FLAGS.common), *args], env, tree)}
       runs[name].append(record)
       lines.append(record)
       print(json.dumps(record), flush=True)

@@ -48,8 +48,7 @@ def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
   start = time.perf_counter()
   engine = engines.create_engine(exp)
   compile_s = time.perf_counter() - start
-  flops_per_step = (getattr(engine, 'flops_per_step', None)
-                    or mfu.train_step_flops(exp))
+  flops_per_step = mfu.step_flops(exp, engine)
   devices = list(exp.mesh.devices.flat)
   peak_before = mfu.measured_peak_flops(devices, exp.model.dtype)
 

@@ -41,6 +41,13 @@ def train_step_flops(exp) -> float:
     return lowered_flops(fn.lower(abstract, batch_spec))
 
 
+def step_flops(exp, engine) -> float:
+  """FLOPs of one global train step: the engine's own count when it has one
+  (the SPMD engine with XLA's convolutions: no second trace), else
+  train_step_flops(exp)."""
+  return getattr(engine, 'flops_per_step', None) or train_step_flops(exp)
+
+
 def lowered_flops(lowered) -> float:
   """XLA's FLOPs of a lowered (not yet partitioned) program."""
   cost = lowered.cost_analysis()
@@ -85,10 +92,8 @@ class Utilization:
   """A run's model FLOPs per step and its devices' peak, measured once at
   the start; `of(step_time_s)` is the MFU of a step that took that long."""
 
-  def __init__(self, exp, flops_per_step: float | None = None):
-    """flops_per_step: the engine's own count when it has one (saves
-    tracing the train step again), else train_step_flops(exp)."""
-    self.flops_per_step = flops_per_step or train_step_flops(exp)
+  def __init__(self, exp, engine):
+    self.flops_per_step = step_flops(exp, engine)
     # 3 runs, not bench's 10 before and 10 after: a logged figure is not
     # worth the 1.4 s more that every run's start-up took on a 2-core CPU.
     self.peak_flops = local_peak_times_processes(list(exp.mesh.devices.flat),

@@ -130,7 +130,7 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   stop = preemption.StopRequest()
   unreadable_examples = unreadable.UnreadableExamples(
       workdir, exp.dataset, process_count=jax.process_count(), is_chief=is_chief)
-  utilization = mfu.Utilization(exp, getattr(engine, 'flops_per_step', None))
+  utilization = mfu.Utilization(exp, engine)
   tracer = profiling.StepTracer(workdir, config.profile_steps, enabled=is_chief)
   outcome, error = None, None
   try:
