@@ -20,6 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_classes = 0  # 0: take the number of classes from the data
   config.model.dtype = 'float32'  # compute dtype: float32 or bfloat16
   config.model.width = 0  # base width (ResNet stem channels); 0: published width
+  config.model.depth = 0  # ViT: encoder blocks; 0: the published depth (other models: 0 only)
   config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
   config.model.bn_group_size = 0  # batch-norm statistics over groups of G examples (32 per worker in large-batch ImageNet); 0: the whole batch
   config.model.conv_form = 'auto'  # how convolutions compute (models/conv_forms.py): auto (by_shape on CPU, xla elsewhere), xla, patches, by_shape; same parameters and results

@@ -114,6 +114,11 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
       conv_form=conv_form, **overrides)
 
 
+def is_vit(name: str) -> bool:
+  """Whether the named model is a ViT (whose depth may be overridden)."""
+  return name.startswith('vit_') and name in _REGISTRY
+
+
 def has_batch_norm(name: str) -> bool:
   """Whether the model keeps a 'batch_stats' collection (ResNets and
   GoogLeNet do)."""

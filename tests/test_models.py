@@ -125,6 +125,22 @@ def test_vit_width_sets_hidden_size_with_mlp_four_times_wider():
       128, 2, 64)
 
 
+def test_model_depth_sets_the_vit_encoder_blocks_and_is_refused_elsewhere():
+  from configs import default  # pylint: disable=g-import-not-at-top
+  from configs.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from trainer import experiment, validation  # pylint: disable=g-import-not-at-top
+  config = default.get_config()
+  config.model.name, config.model.depth, config.model.width = 'vit_ti16', 3, 64
+  config.data.image_size = IMAGE_SIZE
+  params = nn.unbox(jax.eval_shape(
+      lambda: _init(experiment.create_model(config, NUM_CLASSES)))['params'])
+  assert sorted(k for k in params if k.startswith('encoderblock')) == [
+      'encoderblock_0', 'encoderblock_1', 'encoderblock_2']
+  config.model.name = 'resnet18'
+  with pytest.raises(UsageError, match='model.depth=3'):
+    validation.check_config(config)
+
+
 def test_vit_rejects_images_of_another_size_than_it_was_built_for():
   model = _tiny('vit_ti16')
   with pytest.raises(ValueError, match='32x32'):

@@ -59,6 +59,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _one_of('model.conv_form', config.model.conv_form, ('auto',) + conv_forms.FORMS)
   _at_least('model.num_classes', config.model.num_classes, 0)
   _at_least('model.width', config.model.width, 0)
+  _at_least('model.depth', config.model.depth, 0)
+  if config.model.depth and not registry.is_vit(config.model.name):
+    raise UsageError(f'model.depth={config.model.depth}: only ViT models take '
+                     f'a depth; {config.model.name} has its depth in its name')
   _at_least('model.bn_group_size', config.model.bn_group_size, 0)
 
   _at_least('batch_size', config.batch_size, 1)
