@@ -19,11 +19,20 @@ STEPS = 8
 
 def tiny_run_flags(shapes_dir, **overrides):
   """A few steps of a 4-wide ResNet-18 at 16 px; eval batch 64 does not divide
-  the 600 validation images, so padding and masking are exercised."""
+  the 600 validation images, so padding and masking are exercised.
+
+  A constant rate and XLA's convolutions keep the compiled programs the same
+  whatever the number of steps (a schedule's length is a constant of the
+  train step), so most runs of the session load them from the compilation
+  cache, and the MFU needs no second trace (trainer/mfu.py). The forms are
+  compared in test_conv_forms.py, the schedules in test_train_step.py and
+  test_resume.py.
+  """
   flags = {
       'model.width': 4, 'data.image_size': 16, 'batch_size': 64,
       'num_train_steps': STEPS, 'log_every_steps': 2, 'eval_every_steps': 4,
       'checkpoint.every_steps': 4, 'data.dir': shapes_dir,
+      'lr_schedule': 'constant', 'warmup_epochs': 0.0, 'model.conv_form': 'xla',
   }
   flags.update(overrides)
   return ['--config=configs/quickstart.py'] + [f'--config.{k}={v}' for k, v in flags.items()]
@@ -180,7 +189,9 @@ def fine_tuned(trained_workdir, shapes_dir, tmp_path_factory):
   source = str(root / 'source')
   shutil.copytree(trained_workdir, source)
   data = _three_class_folder(shapes_dir, root / 'mine')
-  flags = tiny_run_flags(data, **{'data.source': 'folder', 'init.from_workdir': source})
+  # A schedule, so that a longer resumed run has a rate that jumps.
+  flags = tiny_run_flags(data, **{'data.source': 'folder', 'init.from_workdir': source,
+                                  'lr_schedule': 'cosine', 'warmup_epochs': 1.0})
   workdir = str(root / 'tuned')
   result = run_main(f'--workdir={workdir}', *flags, '--config.init.reset_head=true')
   assert result.returncode == 0, result.stderr[-3000:]
