@@ -18,7 +18,7 @@ def test_bench_reports_and_appends(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     records.append(json.loads(result.stdout.strip().splitlines()[-1]))
   record = records[0]
-  assert record['model'] == 'resnet18' and record['batch_size'] == 16
+  assert record['model'] == 'resnet18' and record['depth'] == 0 and record['batch_size'] == 16
   assert record['mesh'] == {'data': 8, 'fsdp': 1, 'tensor': 1}
   assert record['conv_form'] == 'by_shape'  # auto on CPU
   assert record['images_per_sec'] > 0 and record['compile_s'] > 0

@@ -81,6 +81,7 @@ def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
   record = {
       'model': config.model.name,
       'width': config.model.width,
+      'depth': config.model.depth,
       'image_size': config.data.image_size,
       'batch_size': config.batch_size,
       'dtype': config.model.dtype,
