@@ -1,8 +1,8 @@
-"""Imports TensorFlow for input work only: quiet, and kept off accelerators.
+"""Imports TensorFlow for input and event files only: quiet, off accelerators.
 
-TensorFlow is only a decoder and a thread pool here. If it saw a GPU it would
-reserve that GPU's memory, which belongs to JAX, so it is hidden before the
-runtime starts. Importing this module changes nothing else in the process:
+TensorFlow is only a decoder, a thread pool and TensorBoard's event writer
+(trainer/metrics_log.py) here. If it saw a GPU it would reserve that GPU's
+memory, which belongs to JAX, so it is hidden before the runtime starts. Importing this module changes nothing else in the process:
 `keep_freed_heap_memory()`, a process-wide malloc setting, is called by the
 data sets that decode files, when they are created.
 """
@@ -40,6 +40,11 @@ os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 # ImageNet input pipeline's CPU time (benchmarks/input_pipeline.py). Only
 # read when TF starts, so it has no effect if TF was imported first.
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
+# TensorFlow imports Keras 3 whole at start-up (to register its optimizers),
+# about 1.5 s of every run's start on a 2-core CPU; nothing here uses Keras.
+# With this setting TF looks for the legacy tf_keras package instead, which
+# is not installed, and skips the import.
+os.environ.setdefault('TF_USE_LEGACY_KERAS', '1')
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

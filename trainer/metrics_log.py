@@ -22,7 +22,8 @@ class MetricsLog:
     self._path = os.path.join(workdir, METRICS_FILE_NAME)
     self._summary = None
     if enabled:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      # Quiet and off the accelerators, as for the input pipeline.
+      from input_pipeline.tf_setup import tf  # pylint: disable=g-import-not-at-top
       self._tf = tf
       self._summary = tf.summary.create_file_writer(workdir)
 
