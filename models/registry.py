@@ -72,8 +72,8 @@ MODEL_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
 
 def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
-                 width: int = 0, remat: str = 'none', image_size: int = 224,
-                 bn_group_size: int = 0, conv_form: str = 'xla',
+                 width: int = 0, depth: int = 0, remat: str = 'none',
+                 image_size: int = 224, bn_group_size: int = 0, conv_form: str = 'xla',
                  **overrides: Any) -> nn.Module:
   """Builds the named model.
 
@@ -86,6 +86,7 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
       num_heads = max(1, width // 64). AlexNet, VGG, GoogLeNet: channels of
       the first conv (published 64); all convs and AlexNet/VGG's hidden FC
       layers scale by width / 64.
+    depth: ViT only: encoder blocks; 0 for the published depth.
     remat: 'none', 'full' or 'dots' (models/remat.py): what each residual block
       recomputes in the backward pass (less activation memory, more compute);
       VGG: each stage, GoogLeNet: each inception module, AlexNet: ignored.
@@ -95,14 +96,20 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
     conv_form: how convolutions are computed (models/conv_forms.py: xla,
       patches, by_shape); parameters and results do not depend on it.
     **overrides: module fields to set directly, e.g. ViT's hidden_size,
-      mlp_dim, num_heads, depth, or ResNet's stage_sizes.
+      mlp_dim, num_heads, or ResNet's stage_sizes.
 
   Raises:
-    ValueError: for an unknown name, dtype, remat mode or conv form.
+    ValueError: for an unknown name, dtype, remat mode or conv form, or a
+      depth for a model other than a ViT.
   """
   if name not in _REGISTRY:
     raise ValueError(
         f'unknown model {name!r}; accepted: {", ".join(MODEL_NAMES)}')
+  if depth:
+    if not is_vit(name):
+      raise ValueError(f'depth={depth}: only ViT models take a depth; '
+                       f'{name} has its depth in its name')
+    overrides['depth'] = depth
   if dtype not in _DTYPES:
     raise ValueError(
         f'unknown dtype {dtype!r}; accepted: {", ".join(_DTYPES)}')

@@ -139,6 +139,8 @@ def test_model_depth_sets_the_vit_encoder_blocks_and_is_refused_elsewhere():
   config.model.name = 'resnet18'
   with pytest.raises(UsageError, match='model.depth=3'):
     validation.check_config(config)
+  with pytest.raises(ValueError, match='depth=3'):
+    create_model('resnet18', num_classes=NUM_CLASSES, depth=3)
 
 
 def test_vit_rejects_images_of_another_size_than_it_was_built_for():

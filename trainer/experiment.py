@@ -64,13 +64,11 @@ def conv_form(config) -> str:
 
 
 def create_model(config, num_classes: int) -> nn.Module:
-  # model.depth is ViT's alone (validation.py refuses it for other models).
-  depth = {'depth': config.model.depth} if config.model.depth else {}
   return registry.create_model(
       config.model.name, num_classes=num_classes, dtype=config.model.dtype,
-      width=config.model.width, remat=config.model.remat,
+      width=config.model.width, depth=config.model.depth, remat=config.model.remat,
       bn_group_size=config.model.bn_group_size,
-      image_size=config.data.image_size, conv_form=conv_form(config), **depth)
+      image_size=config.data.image_size, conv_form=conv_form(config))
 
 
 def resolve_num_classes(config, dataset) -> int:
