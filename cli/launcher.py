@@ -10,7 +10,10 @@ and the same arguments. The launcher:
     them only through the launcher, and so only once);
   - when a process fails, kills the others at once (they could only wait
     for it in a collective) and exits with the first failure's code, naming
-    the process and its last error line.
+    the process and its last error line. "First" is the process whose
+    `error:` line came first: a failure makes the others' collectives fail
+    within milliseconds, so two processes can exit within one poll, and
+    the order of the exits does not tell the cause from the consequence.
 Exit code: 0 when every process succeeded, 75 when every process stopped
 after a clean save, else the first failure's.
 """
@@ -59,6 +62,8 @@ class Launch:
     self._out = out or sys.stdout
     self._lock = threading.Lock()
     self._tails = [collections.deque(maxlen=_TAIL_LINES) for _ in range(num_processes)]
+    # When each process's first 'error:' line (main.py's last words) arrived.
+    self._error_at = [None] * num_processes
     address = f'127.0.0.1:{port or free_port()}'
     env = dict(os.environ)
     if devices_per_process:
@@ -81,6 +86,8 @@ class Launch:
   def _relay(self, i: int) -> None:
     for line in self.processes[i].stdout:
       self._tails[i].append(line)
+      if self._error_at[i] is None and line.startswith('error:'):
+        self._error_at[i] = time.monotonic()
       with self._lock:
         self._out.write(f'[p{i}] {line}')
         self._out.flush()
@@ -95,24 +102,27 @@ class Launch:
 
   def wait(self) -> tuple[int, str]:
     """Waits for all; returns (exit code, message)."""
-    first_failure = None
+    failed_on_their_own, killed_at = [], None
     while True:
       codes = [p.poll() for p in self.processes]
-      if first_failure is None:
-        for i, code in enumerate(codes):
-          if code is not None and code not in (0, EXIT_PREEMPTED):
-            first_failure = (i, code)
-            self._kill_others(i)
-            break
+      if killed_at is None:
+        failed_on_their_own = [i for i, code in enumerate(codes)
+                               if code is not None and code not in (0, EXIT_PREEMPTED)]
+        if failed_on_their_own:
+          killed_at = time.monotonic()
+          self._kill_others(failed_on_their_own)
       if all(c is not None for c in codes):
         break
       time.sleep(_POLL_S)
     for t in self._readers:
       t.join(timeout=5)
-    if first_failure is not None:
-      i, code = first_failure
+    if failed_on_their_own:
+      i = self._first_to_fail(failed_on_their_own, codes, killed_at)
+      code = codes[i]
+      exit_text = (describe_exit(code) if i in failed_on_their_own
+                   else 'stopped by the launcher after its error')
       return (code if code > 0 else EXIT_FAILURE,
-              f'launch: process {i} failed first ({describe_exit(code)}): '
+              f'launch: process {i} failed first ({exit_text}): '
               f'{last_error_line(self._tails[i])}')
     if all(c == 0 for c in codes):
       return 0, f'launch: all {len(codes)} processes finished'
@@ -123,9 +133,25 @@ class Launch:
     return EXIT_FAILURE, 'launch: processes disagree: ' + ', '.join(
         f'p{i} {describe_exit(c)}' for i, c in enumerate(codes))
 
-  def _kill_others(self, failed: int) -> None:
+  def _first_to_fail(self, failed: list[int], codes: list[int], killed_at: float) -> int:
+    """Which process's failure caused the others'.
+
+    A process killed by a signal that the launcher did not send (SIGKILL,
+    the OOM killer) says nothing, and the others' errors follow its death:
+    it is the cause. Otherwise the cause is the process whose error line
+    came first, among those that failed on their own or said why before the
+    launcher killed the rest.
+    """
+    signalled = [i for i in failed if codes[i] < 0]
+    if signalled:
+      return signalled[0]
+    said_why = [i for i, at in enumerate(self._error_at)
+                if at is not None and (i in failed or at <= killed_at)]
+    return min(said_why, key=lambda i: self._error_at[i]) if said_why else failed[0]
+
+  def _kill_others(self, failed: list[int]) -> None:
     for j, p in enumerate(self.processes):
-      if j != failed and p.poll() is None:
+      if j not in failed and p.poll() is None:
         try:
           os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.helpers import REPO, run_main
+from tests.test_end_to_end import tiny_synthetic_run_flags
 
 QUICK = '--config=configs/quickstart.py'
 
@@ -90,10 +91,10 @@ def test_eval_of_an_empty_workdir_exits_2(tmp_path):
   assert 'train first' in result.stderr
 
 
-def test_a_step_that_does_not_fit_device_memory_stops_before_writing(tmp_path, shapes_dir):
+def test_a_step_that_does_not_fit_device_memory_stops_before_writing(tmp_path):
   workdir = tmp_path / 'run'
-  result = run_main(f'--workdir={workdir}', QUICK, f'--config.data.dir={shapes_dir}',
-                    '--config.runtime.device_memory_gib=0.001', timeout=300)
+  result = run_main(f'--workdir={workdir}', *tiny_synthetic_run_flags(),
+                    '--config.runtime.device_memory_gib=0.0001', timeout=300)
   assert result.returncode == 2, result.stderr[-2000:]
   error = result.stderr.strip().splitlines()[-1]
   assert 'does not fit' in error and 'GiB short' in error and 'mesh.fsdp' in error

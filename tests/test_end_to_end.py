@@ -8,6 +8,7 @@ import signal
 import threading
 import types
 
+import numpy as np
 import pytest
 
 from tests.helpers import run_main
@@ -31,11 +32,23 @@ def tiny_run_flags(shapes_dir, **overrides):
   flags = {
       'model.width': 4, 'data.image_size': 16, 'batch_size': 64,
       'num_train_steps': STEPS, 'log_every_steps': 2, 'eval_every_steps': 4,
-      'checkpoint.every_steps': 4, 'data.dir': shapes_dir,
-      'lr_schedule': 'constant', 'warmup_epochs': 0.0, 'model.conv_form': 'xla',
+      'checkpoint.every_steps': 4, 'lr_schedule': 'constant', 'warmup_epochs': 0.0,
+      'model.conv_form': 'xla',
   }
+  if shapes_dir is not None:
+    flags['data.dir'] = shapes_dir
   flags.update(overrides)
   return ['--config=configs/quickstart.py'] + [f'--config.{k}={v}' for k, v in flags.items()]
+
+
+def tiny_synthetic_run_flags(**overrides):
+  """tiny_run_flags on synthetic data with the shapes' 10 classes and 600
+  validation images: for tests of the run's mechanics (signals, failures,
+  processes), which start faster without TensorFlow (only the file-backed
+  sources import it) and need no data set on disk."""
+  return tiny_run_flags(None, **{'data.source': 'synthetic',
+                                 'data.num_synthetic_examples': 600,
+                                 'data.num_synthetic_classes': 10, **overrides})
 
 
 @pytest.fixture(scope='module')
@@ -65,6 +78,22 @@ def test_training_writes_config_metrics_checkpoints_and_events(trained_workdir):
   assert sorted(os.listdir(os.path.join(trained_workdir, 'checkpoints'))) == ['4', '8']
   best_step = max(evals, key=lambda r: r['accuracy'])['step']  # first of ties
   assert os.listdir(os.path.join(trained_workdir, 'checkpoints_best')) == [str(best_step)]
+
+
+def test_tensorboard_reads_the_logged_scalars(trained_workdir):
+  # pylint: disable=g-import-not-at-top
+  from tensorboard.backend.event_processing import plugin_event_accumulator
+  from tensorboard.util import tensor_util
+  # pylint: enable=g-import-not-at-top
+  events = plugin_event_accumulator.EventAccumulator(trained_workdir)
+  events.Reload()
+  assert events.SummaryMetadata('train/loss').plugin_data.plugin_name == 'scalars'
+  logged = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+            for e in events.Tensors('train/loss')]
+  expected = [(r['step'], r['loss']) for r in _records(trained_workdir, 'train')]
+  assert [step for step, _ in logged] == [step for step, _ in expected]
+  np.testing.assert_allclose([v for _, v in logged], [v for _, v in expected], rtol=1e-6)
+  assert [e.step for e in events.Tensors('eval/accuracy')] == [4, 8]
 
 
 def test_eval_mode_reproduces_the_final_training_accuracy(trained_workdir):

@@ -10,17 +10,16 @@ import sys
 import pytest
 
 from tests.helpers import REPO, run_main
-from tests.test_end_to_end import StderrLines, tiny_run_flags
+from tests.test_end_to_end import StderrLines, tiny_synthetic_run_flags
 from trainer import metrics_log
 
 
 @pytest.fixture(scope='module')
-def stopped_at_nan(tmp_path_factory, shapes_dir):
+def stopped_at_nan(tmp_path_factory):
   """A run stopped by a NaN loss at step 6, with checkpoints 2 and 4."""
   workdir = str(tmp_path_factory.mktemp('nan') / 'run')
-  result = run_main(f'--workdir={workdir}', *tiny_run_flags(
-      shapes_dir, **{'debug.nan_at_step': 5, 'checkpoint.every_steps': 2,
-                     'log_every_steps': 1}))
+  result = run_main(f'--workdir={workdir}', *tiny_synthetic_run_flags(
+      **{'debug.nan_at_step': 5, 'checkpoint.every_steps': 2, 'log_every_steps': 1}))
   return workdir, result
 
 
@@ -37,10 +36,10 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(stopped_at_nan)
   assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_nonfinite_loss_with_skip_drops_that_update_and_trains_on(tmp_path, shapes_dir):
+def test_nonfinite_loss_with_skip_drops_that_update_and_trains_on(tmp_path):
   workdir = str(tmp_path / 'run')
-  result = run_main(f'--workdir={workdir}', *tiny_run_flags(
-      shapes_dir, nonfinite='skip', **{'debug.nan_at_step': 5, 'log_every_steps': 1}))
+  result = run_main(f'--workdir={workdir}', *tiny_synthetic_run_flags(
+      nonfinite='skip', **{'debug.nan_at_step': 5, 'log_every_steps': 1}))
   assert result.returncode == 0, result.stderr[-3000:]
   train = {r['step']: r for r in metrics_log.read(workdir) if r['split'] == 'train'}
   assert train[6]['nonfinite_steps'] == 1
@@ -54,10 +53,10 @@ def _checkpoint_names(workdir):
 
 
 def test_sigkill_during_and_between_saves_always_resumes_from_a_complete_checkpoint(
-    tmp_path, shapes_dir):
+    tmp_path):
   workdir = str(tmp_path / 'run')
-  flags = tiny_run_flags(shapes_dir, num_train_steps=10, log_every_steps=1,
-                         **{'checkpoint.every_steps': 2})
+  flags = tiny_synthetic_run_flags(num_train_steps=10, log_every_steps=1,
+                                   **{'checkpoint.every_steps': 2})
 
   # 1. Kill it paused after step 5: the save of step 4 (started a step
   # earlier, in the background) may be complete or still in orbax's

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO, run_main
-from tests.test_end_to_end import tiny_run_flags
+from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import metrics_log
 
 _ENDS_WITHIN_S = 60
@@ -70,10 +70,9 @@ def _pids(process) -> list[int]:
   return pids
 
 
-def test_two_by_four_trains_as_one_by_eight_and_one_device_evaluates_it(
-    tmp_path, shapes_dir):
-  flags = tiny_run_flags(shapes_dir, num_train_steps=4, log_every_steps=1,
-                         eval_every_steps=4, **{'checkpoint.every_steps': 4})
+def test_two_by_four_trains_as_one_by_eight_and_one_device_evaluates_it(tmp_path):
+  flags = tiny_synthetic_run_flags(num_train_steps=4, log_every_steps=1, eval_every_steps=4,
+                                   **{'checkpoint.every_steps': 4})
   single, multi = str(tmp_path / 'single'), str(tmp_path / 'multi')
   result = run_main(f'--workdir={single}', *flags)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -99,11 +98,10 @@ def test_two_by_four_trains_as_one_by_eight_and_one_device_evaluates_it(
   assert summary['accuracy'] == pytest.approx(trained['accuracy'], abs=1e-6)
 
 
-def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(
-    tmp_path, shapes_dir):
-  flags = tiny_run_flags(shapes_dir, num_train_steps=20, log_every_steps=1,
-                         eval_every_steps=100, **{'checkpoint.every_steps': 100,
-                                                  'runtime.agree_every_steps': 2})
+def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(tmp_path):
+  flags = tiny_synthetic_run_flags(
+      num_train_steps=20, log_every_steps=1, eval_every_steps=100,
+      **{'checkpoint.every_steps': 100, 'runtime.agree_every_steps': 2})
   # Uninterrupted, with a time-based save due at every agreement: both
   # processes save the same steps and the run does not hang.
   straight = str(tmp_path / 'straight')
@@ -141,10 +139,10 @@ def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(
 
 
 @pytest.mark.parametrize('victim', [1, 0], ids=['worker', 'coordinator'])
-def test_a_killed_process_ends_the_run_within_a_minute_named(tmp_path, shapes_dir, victim):
+def test_a_killed_process_ends_the_run_within_a_minute_named(tmp_path, victim):
   workdir = str(tmp_path / 'run')
-  process = launch(f'--workdir={workdir}', *tiny_run_flags(
-      shapes_dir, num_train_steps=100000, log_every_steps=1), devices=1, background=True)
+  process = launch(f'--workdir={workdir}', *tiny_synthetic_run_flags(
+      num_train_steps=100000, log_every_steps=1), devices=1, background=True)
   pids = _pids(process)
   _wait_for_step(workdir, 2, process)
   os.kill(pids[victim], signal.SIGKILL)
@@ -156,10 +154,10 @@ def test_a_killed_process_ends_the_run_within_a_minute_named(tmp_path, shapes_di
 
 
 def test_an_error_on_one_process_ends_the_run_within_a_minute_with_its_message(
-    tmp_path, shapes_dir):
+    tmp_path):
   start = time.time()
-  result = launch(f'--workdir={tmp_path / "run"}', *tiny_run_flags(
-      shapes_dir, num_train_steps=100000, log_every_steps=1,
+  result = launch(f'--workdir={tmp_path / "run"}', *tiny_synthetic_run_flags(
+      num_train_steps=100000, log_every_steps=1,
       **{'debug.fail_at_step': 3, 'debug.fail_process': 1}), devices=1)
   assert result.returncode == 1
   last = result.stderr.splitlines()[-1]
@@ -167,11 +165,11 @@ def test_an_error_on_one_process_ends_the_run_within_a_minute_with_its_message(
   assert time.time() - start < 300  # start-up and compile, then the failure
 
 
-def test_without_the_launcher_a_dead_process_ends_the_others(tmp_path, shapes_dir):
+def test_without_the_launcher_a_dead_process_ends_the_others(tmp_path):
   """A cluster starts processes itself: JAX's heartbeat ends the survivors."""
   workdir = str(tmp_path / 'run')
-  flags = tiny_run_flags(shapes_dir, num_train_steps=100000, log_every_steps=1,
-                         **{'runtime.heartbeat_timeout_s': 10})
+  flags = tiny_synthetic_run_flags(num_train_steps=100000, log_every_steps=1,
+                                   **{'runtime.heartbeat_timeout_s': 10})
   from cli.launcher import free_port  # pylint: disable=g-import-not-at-top
   address = f'127.0.0.1:{free_port()}'
   processes = [run_main(f'--workdir={workdir}', *flags, f'--coordinator_address={address}',
@@ -184,6 +182,41 @@ def test_without_the_launcher_a_dead_process_ends_the_others(tmp_path, shapes_di
   processes[0].communicate(timeout=300)
   assert time.time() - killed < _ENDS_WITHIN_S
   assert processes[0].returncode != 0
+
+
+# Stands in for main.py in the launcher's own tests: process 1 fails (says
+# why, then is slow to exit; or dies of SIGKILL, saying nothing), and
+# process 0 fails because of it (once process 1 has written argv[1]), then
+# exits at once: the exits come in the opposite order of the causes.
+_FAILING_PAIR = """
+import os, signal, sys, time
+marker, how = sys.argv[1], sys.argv[2]
+if '--process_id=1' in sys.argv:
+  if how == 'sigkill':
+    open(marker, 'w').close()
+    os.kill(os.getpid(), signal.SIGKILL)
+  print('error: process 1: the cause', flush=True)
+  open(marker, 'w').close()
+  time.sleep(3)
+  sys.exit(1)
+while not os.path.exists(marker):
+  time.sleep(0.01)
+print('error: process 0: Gloo all-reduce failed: Connection reset by peer', flush=True)
+sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize('how', ['error', 'sigkill'])
+def test_the_cause_is_named_though_a_consequence_exits_first(tmp_path, how):
+  from cli import launcher  # pylint: disable=g-import-not-at-top
+  script = tmp_path / 'pair.py'
+  script.write_text(_FAILING_PAIR)
+  run = launcher.Launch(str(script), [str(tmp_path / 'marker'), how], num_processes=2,
+                        devices_per_process=1, out=open(os.devnull, 'w'))
+  code, message = run.wait()
+  assert code == 1
+  assert message.startswith('launch: process 1 failed first'), message
+  assert ('the cause' in message) if how == 'error' else ('killed by SIGKILL' in message)
 
 
 @pytest.mark.parametrize('args,fragment', [

@@ -5,16 +5,14 @@ import json
 import signal
 
 from tests.helpers import run_main
-from tests.test_end_to_end import _pause_and_signal, _records, tiny_run_flags
+from tests.test_end_to_end import _pause_and_signal, _records, tiny_synthetic_run_flags
 
 
-def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(
-    tmp_path, shapes_dir):
+def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(tmp_path):
   # 8 steps: the pause at step 3 leaves 5 to resume, the SPMD run 2 more.
-  flags = tiny_run_flags(shapes_dir, num_train_steps=8, log_every_steps=1,
-                         eval_every_steps=100, engine='ps',
-                         **{'checkpoint.every_steps': 100, 'ps.num_shards': 2,
-                            'ps.num_workers': 4})
+  flags = tiny_synthetic_run_flags(
+      num_train_steps=8, log_every_steps=1, eval_every_steps=100, engine='ps',
+      **{'checkpoint.every_steps': 100, 'ps.num_shards': 2, 'ps.num_workers': 4})
   straight = str(tmp_path / 'straight')
   result = run_main(f'--workdir={straight}', *flags)
   assert result.returncode == 0, result.stderr[-3000:]

@@ -3,6 +3,8 @@
 import json
 import math
 import os
+import socket
+import time
 
 METRICS_FILE_NAME = 'metrics.jsonl'
 
@@ -14,18 +16,45 @@ def _jsonable(value):
   return value
 
 
+class _EventFile:
+  """TensorBoard scalars in its event-file format, written with TensorBoard's
+  own protos and record framing rather than tf.summary: TensorFlow takes
+  seconds to import, and a run on synthetic data needs it for nothing else.
+  The work dir is local (metrics.jsonl is written with open() too)."""
+
+  def __init__(self, directory: str):
+    # pylint: disable=g-import-not-at-top
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.plugins.scalar import summary_v2
+    from tensorboard.summary.writer import record_writer
+    # pylint: enable=g-import-not-at-top
+    self._event_pb2, self._scalar_pb = event_pb2, summary_v2.scalar_pb
+    # The name TensorBoard looks for; the pid keeps restarts' files apart.
+    name = (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.'
+            f'{os.getpid()}.0.v2')
+    self._records = record_writer.RecordWriter(open(os.path.join(directory, name), 'ab'))
+    self._write(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2'))
+
+  def _write(self, event) -> None:
+    self._records.write(event.SerializeToString())
+
+  def scalars(self, step: int, values: dict[str, float]) -> None:
+    for tag, value in values.items():
+      self._write(self._event_pb2.Event(wall_time=time.time(), step=step,
+                                        summary=self._scalar_pb(tag, value)))
+    self._records.flush()
+
+  def close(self) -> None:
+    self._records.close()
+
+
 class MetricsLog:
   """Appends one JSON object per event; only process 0 writes (ARCHITECTURE.md)."""
 
   def __init__(self, workdir: str, *, enabled: bool = True):
     self._enabled = enabled
     self._path = os.path.join(workdir, METRICS_FILE_NAME)
-    self._summary = None
-    if enabled:
-      # Quiet and off the accelerators, as for the input pipeline.
-      from input_pipeline.tf_setup import tf  # pylint: disable=g-import-not-at-top
-      self._tf = tf
-      self._summary = tf.summary.create_file_writer(workdir)
+    self._events = _EventFile(workdir) if enabled else None
 
   def write(self, record: dict) -> None:
     """`record` needs 'step' and 'split'; every number also goes to TensorBoard."""
@@ -34,15 +63,13 @@ class MetricsLog:
     record = {k: _jsonable(v) for k, v in record.items()}
     with open(self._path, 'a') as f:
       f.write(json.dumps(record) + '\n')
-    with self._summary.as_default(step=record['step']):
-      for key, value in record.items():
-        if key not in ('step', 'split') and isinstance(value, (int, float)):
-          self._tf.summary.scalar(f'{record["split"]}/{key}', value)
-    self._summary.flush()
+    self._events.scalars(record['step'], {
+        f'{record["split"]}/{key}': value for key, value in record.items()
+        if key not in ('step', 'split') and isinstance(value, (int, float))})
 
   def close(self) -> None:
-    if self._summary is not None:
-      self._summary.close()
+    if self._events is not None:
+      self._events.close()
 
 
 def read(workdir: str) -> list[dict]:
