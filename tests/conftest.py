@@ -14,8 +14,13 @@ import os
 import shutil
 import tempfile
 
+# XLA's backend optimisations off: they take about half of the compile time
+# of the tests' tiny programs, which run a few steps each, and every result
+# the tests compare is computed under the same flags (main.py runs inherit
+# them: tests/helpers.py).
 os.environ['XLA_FLAGS'] = (
-    os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8')
+    os.environ.get('XLA_FLAGS', '') +
+    ' --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # An xdist worker inherits the controller's environment, cache included.
 _OWNS_CACHE = 'PYTEST_XDIST_WORKER' not in os.environ

@@ -12,7 +12,7 @@ def run_main(*args: str, timeout: float = 600, env: dict | None = None,
              background: bool = False):
   """Runs `python main.py ARGS` from the repository root with 8 CPU devices."""
   full_env = dict(os.environ)
-  full_env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
+  full_env['XLA_FLAGS'] = xla_flags(8)
   full_env['TF_CPP_MIN_LOG_LEVEL'] = '3'
   full_env.update(env or {})
   command = [sys.executable, os.path.join(REPO, 'main.py'), *args]
@@ -21,6 +21,13 @@ def run_main(*args: str, timeout: float = 600, env: dict | None = None,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   return subprocess.run(command, cwd=REPO, env=full_env, text=True,
                         capture_output=True, timeout=timeout)
+
+
+def xla_flags(num_devices: int) -> str:
+  """The session's XLA flags (tests/conftest.py) with `num_devices` CPU devices."""
+  flags = [f for f in os.environ.get('XLA_FLAGS', '').split()
+           if not f.startswith('--xla_force_host_platform_device_count')]
+  return ' '.join(flags + [f'--xla_force_host_platform_device_count={num_devices}'])
 
 
 def create_dataset(data, batch_size=8, eval_batch_size=4, seed=0, **kwargs):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, run_main
+from tests.helpers import REPO, run_main, xla_flags
 from tests.test_end_to_end import StderrLines, tiny_synthetic_run_flags
 from trainer import metrics_log
 
@@ -103,7 +103,7 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint_loadable(
   # (about 70 KiB and more).
   workdir = str(tmp_path / 'run')
   shutil.copytree(stopped_at_nan[0], workdir)  # checkpoints 2 and 4
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
              TF_CPP_MIN_LOG_LEVEL='3')
   result = subprocess.run(
       [sys.executable, '-c', _LIMIT_FILE_SIZE, str(32 * 1024), 'main.py',

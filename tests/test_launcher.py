@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.helpers import REPO, run_main
+from tests.helpers import REPO, run_main, xla_flags
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import metrics_log
 
@@ -27,8 +27,7 @@ _ENDS_WITHIN_S = 60
 def launch(*main_args, devices=4, background=False, timeout=600):
   command = [sys.executable, os.path.join(REPO, 'launch.py'), '--processes=2',
              f'--devices={devices}', '--', *main_args]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  env.pop('XLA_FLAGS', None)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')  # the launcher sets the device count
   if background:
     return subprocess.Popen(command, cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -91,7 +90,7 @@ def test_two_by_four_trains_as_one_by_eight_and_one_device_evaluates_it(tmp_path
 
   # The checkpoint of 2 processes x 4 devices, on 1 process with 1 device.
   result = run_main(f'--workdir={multi}', '--mode=eval',
-                    env={'XLA_FLAGS': '--xla_force_host_platform_device_count=1'})
+                    env={'XLA_FLAGS': xla_flags(1)})
   assert result.returncode == 0, result.stderr[-3000:]
   summary = eval(result.stdout.strip().splitlines()[-1].replace('null', 'None'))  # pylint: disable=eval-used
   assert summary['num_examples'] == 600
@@ -174,7 +173,7 @@ def test_without_the_launcher_a_dead_process_ends_the_others(tmp_path):
   address = f'127.0.0.1:{free_port()}'
   processes = [run_main(f'--workdir={workdir}', *flags, f'--coordinator_address={address}',
                         '--num_processes=2', f'--process_id={i}', background=True,
-                        env={'XLA_FLAGS': '--xla_force_host_platform_device_count=1'})
+                        env={'XLA_FLAGS': xla_flags(1)})
                for i in range(2)]
   _wait_for_step(workdir, 2, processes[0])
   processes[1].kill()

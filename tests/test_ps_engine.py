@@ -29,6 +29,7 @@ def _config(engine, model, **overrides):
   config.model.width = 8 if model.startswith('resnet') else 32
   if model.startswith('vit'):
     config.model.depth = 2  # what is checked is the engine's, not 12 blocks
+  config.model.conv_form = 'xla'  # compiles faster; the forms: test_conv_forms.py
   config.data.source = 'synthetic'
   config.data.image_size = IMAGE_SIZE
   config.data.num_synthetic_classes = NUM_CLASSES
