@@ -4,6 +4,7 @@ import json
 import os
 
 from tests.helpers import run_main
+from tests.test_end_to_end import tiny_synthetic_run_flags
 
 _TINY = ('--config.model.name=resnet18', '--config.model.width=8',
          '--config.data.image_size=32', '--config.batch_size=16',
@@ -48,9 +49,8 @@ def test_bench_bad_input_exits_2(tmp_path):
 
 def test_training_logs_mfu_and_traces_chosen_steps(tmp_path):
   workdir = str(tmp_path / 'run')
-  result = run_main(f'--workdir={workdir}', '--config.model.width=8',
-                    '--config.num_train_steps=4', '--config.log_every_steps=2',
-                    '--config.profile_steps=2,3', '--config.batch_size=32')
+  result = run_main(f'--workdir={workdir}', *tiny_synthetic_run_flags(
+      num_train_steps=4, log_every_steps=2, eval_every_steps=4, profile_steps='2,3'))
   assert result.returncode == 0, result.stderr[-3000:]
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     train = [json.loads(line) for line in f if '"train"' in line]

@@ -105,14 +105,14 @@ def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(tmp_pat
   # processes save the same steps and the run does not hang.
   straight = str(tmp_path / 'straight')
   result = launch(f'--workdir={straight}', *flags, '--config.checkpoint.every_minutes=1e-6',
-                  devices=2)
+                  devices=1)
   assert result.returncode == 0, result.stderr[-3000:]
   saved = _saved_steps(result.stdout, 0)
   assert len(saved) > 3 and saved == _saved_steps(result.stdout, 1)
 
   # SIGTERM to the launcher: both save one step and exit 75.
   interrupted = str(tmp_path / 'interrupted')
-  process = launch(f'--workdir={interrupted}', *flags, devices=2, background=True)
+  process = launch(f'--workdir={interrupted}', *flags, devices=1, background=True)
   _wait_for_step(interrupted, 4, process)
   process.send_signal(signal.SIGTERM)
   stdout, stderr = process.communicate(timeout=300)
@@ -122,7 +122,7 @@ def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(tmp_pat
   assert _saved_steps(stdout, 0) == _saved_steps(stdout, 1) == [first_stop]
 
   # SIGTERM to one process only: the other stops at the same step too.
-  process = launch(f'--workdir={interrupted}', devices=2, background=True)
+  process = launch(f'--workdir={interrupted}', devices=1, background=True)
   pids = _pids(process)
   _wait_for_step(interrupted, first_stop + 2, process)
   os.kill(pids[1], signal.SIGTERM)
@@ -132,7 +132,7 @@ def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(tmp_pat
   assert first_stop < second_stop < 20
   assert _saved_steps(stdout, 0) == _saved_steps(stdout, 1) == [second_stop]
 
-  result = launch(f'--workdir={interrupted}', devices=2)
+  result = launch(f'--workdir={interrupted}', devices=1)
   assert result.returncode == 0, result.stderr[-3000:]
   assert _losses(interrupted) == _losses(straight)  # bitwise: same floats
 

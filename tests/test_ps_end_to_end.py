@@ -53,6 +53,9 @@ def test_asynchronous_ps_with_staleness_2_trains_the_quickstart(tmp_path, shapes
                     '--config.ps.mode=async', '--config.ps.max_staleness=2',
                     '--config.ps.num_workers=2', '--config.ps.num_shards=2',
                     '--config.eval_every_steps=1000',
+                    # Hundreds of steps: XLA's optimisations pay for
+                    # their compile time here (tests/conftest.py).
+                    env={'XLA_FLAGS': '--xla_force_host_platform_device_count=8'},
                     timeout=1200)
   assert result.returncode == 0, result.stderr[-3000:]
   final = _records(workdir, 'eval')[-1]
