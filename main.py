@@ -60,7 +60,8 @@ def run(argv) -> int:
                      cluster=config.runtime.cluster,
                      init_timeout_s=config.runtime.init_timeout_s,
                      heartbeat_timeout_s=config.runtime.heartbeat_timeout_s,
-                     compilation_cache_dir=config.runtime.compilation_cache_dir)
+                     compilation_cache_dir=config.runtime.compilation_cache_dir,
+                     cpu_xnnpack=config.runtime.cpu_xnnpack)
   import jax  # pylint: disable=g-import-not-at-top
   validation.check_against_devices(config, num_devices=jax.device_count(),
                                    num_processes=jax.process_count())

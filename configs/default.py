@@ -144,6 +144,11 @@ def get_config() -> ml_collections.ConfigDict:
   # and load them instead of compiling again: restarts and evals start in
   # seconds. '': compile every time.
   config.runtime.compilation_cache_dir = ''
+  # CPU: XLA computes matrix products with XNNPACK (YNNPACK) kernels instead
+  # of its own; ResNet-18 steps measured 7-9% faster (README, Speed). Also
+  # what the patches form of a convolution runs on. An --xla_cpu_use_xnnpack
+  # in XLA_FLAGS wins. No effect on GPUs and TPUs.
+  config.runtime.cpu_xnnpack = True
 
   # --- Starting from another run (fine-tuning) ---------------------------------
   config.init = ml_collections.ConfigDict()

@@ -14,8 +14,9 @@ _TINY = ('--config.model.name=resnet18', '--config.model.width=8',
 def test_bench_reports_and_appends(tmp_path):
   workdir = str(tmp_path / 'bench')
   records = []
-  for _ in range(2):
-    result = run_main(f'--workdir={workdir}', '--mode=bench', *_TINY)
+  for xnnpack in ('true', 'false'):
+    result = run_main(f'--workdir={workdir}', '--mode=bench', *_TINY,
+                      f'--config.runtime.cpu_xnnpack={xnnpack}')
     assert result.returncode == 0, result.stderr[-3000:]
     records.append(json.loads(result.stdout.strip().splitlines()[-1]))
   record = records[0]
@@ -27,7 +28,9 @@ def test_bench_reports_and_appends(tmp_path):
   assert record['model_gflops_per_image'] > 0 and record['peak_tflops'] > 0
   assert 0 < record['mfu'] < 1
   assert 0 <= record['input_wait_fraction'] < 1
-  # The FLOPs are XLA's count of the model, whatever form computes it.
+  assert '--xla_cpu_use_xnnpack=true' in record['xla_flags']  # the default
+  assert 'xnnpack' not in records[1]['xla_flags']
+  # The FLOPs are XLA's count of the model, whatever kernels compute it.
   assert records[1]['model_gflops_per_image'] == record['model_gflops_per_image']
   with open(os.path.join(workdir, 'bench.jsonl')) as f:
     lines = [json.loads(line) for line in f]
