@@ -144,3 +144,16 @@ def test_an_unusable_workdir_exits_2_with_one_line_before_any_work(tmp_path, kin
   assert len(lines) == 1, result.stderr
   assert lines[0].startswith(f'error: --workdir={workdir}: ') and fragment in lines[0]
   assert sorted(str(p) for p in tmp_path.rglob('*')) == before
+
+
+def test_ps_keys_set_under_spmd_are_named_as_ignored():
+  # pylint: disable=g-import-not-at-top
+  from configs import default
+  from trainer import validation
+  # pylint: enable=g-import-not-at-top
+  config = default.get_config()
+  assert validation.ignored_ps_keys(config) == []
+  config.ps.num_shards, config.ps.overlap = 2, True
+  assert validation.ignored_ps_keys(config) == ['ps.num_shards', 'ps.overlap']
+  config.engine = 'ps'
+  assert validation.ignored_ps_keys(config) == []

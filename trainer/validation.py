@@ -129,6 +129,17 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _at_least('runtime.agree_every_steps', config.runtime.agree_every_steps, 1)
 
 
+def ignored_ps_keys(config: ml_collections.ConfigDict) -> list[str]:
+  """The ps.* keys set away from their defaults in a run that trains or
+  benchmarks with engine=spmd, where they do nothing (the planner and the
+  study read them whatever the engine)."""
+  if config.engine != 'spmd':
+    return []
+  from configs import default  # pylint: disable=g-import-not-at-top
+  defaults = default.get_config().ps
+  return [f'ps.{key}' for key in sorted(config.ps) if config.ps[key] != defaults[key]]
+
+
 def _check_ps(config: ml_collections.ConfigDict) -> None:
   ps = config.ps
   _at_least('ps.num_shards', ps.num_shards, 1)
