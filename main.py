@@ -48,11 +48,11 @@ def run(argv) -> int:
   config = config_loader.build_config(parsed.recipe_path, parsed.overrides,
                                       FLAGS.workdir, DEFAULT_RECIPE)
   validation.check_config(config)
-  if FLAGS.mode in ('train', 'bench') and validation.ignored_ps_keys(config):
+  ignored = validation.ignored_ps_keys(config) if FLAGS.mode in ('train', 'bench') else []
+  if ignored:
     # Not an error: a PS run's work dir keeps its ps.* keys when it goes
     # on under SPMD.
-    logging.warning('engine=spmd: %s set, but only engine=ps uses them',
-                    ', '.join(validation.ignored_ps_keys(config)))
+    logging.warning('engine=spmd: %s set, but only engine=ps uses them', ', '.join(ignored))
   check_data_config(config.data)
   if FLAGS.mode == 'eval' and schema.load_saved(FLAGS.workdir) is None:
     raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '

@@ -39,6 +39,13 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
+def with_cpu_devices(xla_flags: str, num_devices: int) -> str:
+  """`xla_flags` with its emulated CPU device count replaced by `num_devices`."""
+  flags = [f for f in xla_flags.split()
+           if not f.startswith('--xla_force_host_platform_device_count')]
+  return ' '.join(flags + [f'--xla_force_host_platform_device_count={num_devices}'])
+
+
 def describe_exit(code: int) -> str:
   if code < 0:
     return f'killed by {signal.Signals(-code).name}'
@@ -67,10 +74,7 @@ class Launch:
     address = f'127.0.0.1:{port or free_port()}'
     env = dict(os.environ)
     if devices_per_process:
-      flags = [f for f in env.get('XLA_FLAGS', '').split()
-               if not f.startswith('--xla_force_host_platform_device_count')]
-      env['XLA_FLAGS'] = ' '.join(
-          flags + [f'--xla_force_host_platform_device_count={devices_per_process}'])
+      env['XLA_FLAGS'] = with_cpu_devices(env.get('XLA_FLAGS', ''), devices_per_process)
     self.processes = [
         subprocess.Popen(
             [sys.executable, main_py, *args, f'--coordinator_address={address}',

@@ -37,7 +37,7 @@ def detect_cluster(cluster: str, environ=os.environ) -> str | None:
 def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
                num_processes: int, process_id: int, cluster: str = 'auto',
                init_timeout_s: int = 300, heartbeat_timeout_s: int = 30,
-               compilation_cache_dir: str = '', cpu_xnnpack: bool = False) -> None:
+               compilation_cache_dir: str = '', cpu_xnnpack: bool = True) -> None:
   """Must run before anything touches a JAX backend."""
   # XLA reads XLA_FLAGS when the first backend starts, so this still counts.
   if cpu_xnnpack and '--xla_cpu_use_xnnpack' not in os.environ.get('XLA_FLAGS', ''):

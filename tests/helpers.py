@@ -25,9 +25,8 @@ def run_main(*args: str, timeout: float = 600, env: dict | None = None,
 
 def xla_flags(num_devices: int) -> str:
   """The session's XLA flags (tests/conftest.py) with `num_devices` CPU devices."""
-  flags = [f for f in os.environ.get('XLA_FLAGS', '').split()
-           if not f.startswith('--xla_force_host_platform_device_count')]
-  return ' '.join(flags + [f'--xla_force_host_platform_device_count={num_devices}'])
+  from cli import launcher  # pylint: disable=g-import-not-at-top
+  return launcher.with_cpu_devices(os.environ.get('XLA_FLAGS', ''), num_devices)
 
 
 def create_dataset(data, batch_size=8, eval_batch_size=4, seed=0, **kwargs):
