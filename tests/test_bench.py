@@ -3,6 +3,7 @@
 import json
 import os
 
+import main
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_synthetic_run_flags
 
@@ -11,12 +12,14 @@ _TINY = ('--config.model.name=resnet18', '--config.model.width=8',
          '--config.bench.steps=3', '--config.bench.warmup_steps=1')
 
 
-def test_bench_reports_and_appends(tmp_path):
+def test_bench_reports_and_appends(tmp_path, monkeypatch):
   workdir = str(tmp_path / 'bench')
+  monkeypatch.delenv('GLIBC_TUNABLES', raising=False)
   records = []
-  for xnnpack in ('true', 'false'):
+  # The second run also keeps glibc's malloc defaults (an empty setting).
+  for xnnpack, env in (('true', {}), ('false', {'GLIBC_TUNABLES': ''})):
     result = run_main(f'--workdir={workdir}', '--mode=bench', *_TINY,
-                      f'--config.runtime.cpu_xnnpack={xnnpack}')
+                      f'--config.runtime.cpu_xnnpack={xnnpack}', env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     records.append(json.loads(result.stdout.strip().splitlines()[-1]))
   record = records[0]
@@ -30,6 +33,9 @@ def test_bench_reports_and_appends(tmp_path):
   assert 0 <= record['input_wait_fraction'] < 1
   assert '--xla_cpu_use_xnnpack=true' in record['xla_flags']  # the default
   assert 'xnnpack' not in records[1]['xla_flags']
+  # main.py restarts itself once with its malloc tunables, unless told otherwise.
+  assert record['glibc_tunables'] == main.MALLOC_TUNABLES
+  assert records[1]['glibc_tunables'] == ''
   # The FLOPs are XLA's count of the model, whatever kernels compute it.
   assert records[1]['model_gflops_per_image'] == record['model_gflops_per_image']
   with open(os.path.join(workdir, 'bench.jsonl')) as f:

@@ -92,6 +92,7 @@ def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
       'device_kind': devices[0].device_kind,
       'num_devices': len(devices),
       'xla_flags': os.environ.get('XLA_FLAGS', ''),  # with runtime.cpu_xnnpack's
+      'glibc_tunables': os.environ.get('GLIBC_TUNABLES', ''),  # main.py's malloc setting
       'compile_s': round(compile_s, 2),
       'images_per_sec': round(images_per_sec, 2),
       'step_time_median_s': round(float(np.median(times)), 4),
