@@ -12,17 +12,10 @@ import sys
 # Quiet TensorFlow's C++ start-up chatter before anything imports it.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
-# glibc's malloc gives every large XLA buffer a fresh mapping whose 4 KiB
-# pages all fault on first write: on CPU that doubled the time of the
-# gradient all-reduce (README, Speed). glibc reads its tunables only at
-# process start, so the run starts once more with them unless GLIBC_TUNABLES
-# is already set (set it, even empty, to keep other settings).
-MALLOC_TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4294967296:'
-                   'glibc.malloc.trim_threshold=4294967296')
-if (__name__ == '__main__' and sys.platform.startswith('linux')
-    and 'GLIBC_TUNABLES' not in os.environ):
-  os.environ['GLIBC_TUNABLES'] = MALLOC_TUNABLES
-  os.execv(sys.executable, sys.orig_argv)
+from cli import runtime  # pylint: disable=g-import-not-at-top
+
+if __name__ == '__main__':
+  runtime.restart_with_malloc_tunables()  # before anything allocates much
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
@@ -30,7 +23,6 @@ from absl import logging  # pylint: disable=g-import-not-at-top
 from cli import config_loader
 from cli import flags_parser
 from cli import logs
-from cli import runtime
 from configs import schema
 from configs.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
 from input_pipeline import check_data_config, DataError

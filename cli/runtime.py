@@ -1,6 +1,7 @@
 """Starts the JAX runtime: emulated CPU devices and multi-process set-up."""
 
 import os
+import sys
 
 from configs.errors import UsageError
 
@@ -11,6 +12,23 @@ _CLUSTER_ENV = {
               'SLURM_NTASKS'),
     'ompi': (('OMPI_MCA_orte_hnp_uri', 'OMPI_COMM_WORLD_RANK'), 'OMPI_COMM_WORLD_SIZE'),
 }
+
+
+# glibc's malloc gives every large XLA buffer a fresh mapping whose 4 KiB
+# pages all fault on first write: on CPU that doubled the time of the
+# gradient all-reduce (README, Speed). These take large buffers from the heap
+# on huge pages and keep freed memory for reuse.
+MALLOC_TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4294967296:'
+                   'glibc.malloc.trim_threshold=4294967296')
+
+
+def restart_with_malloc_tunables() -> None:
+  """Re-executes this process (same pid and command line) with MALLOC_TUNABLES,
+  since glibc reads GLIBC_TUNABLES only at process start; a no-op off Linux or
+  when GLIBC_TUNABLES is already set (set it, even empty, to keep others)."""
+  if sys.platform.startswith('linux') and 'GLIBC_TUNABLES' not in os.environ:
+    os.environ['GLIBC_TUNABLES'] = MALLOC_TUNABLES
+    os.execv(sys.executable, sys.orig_argv)
 
 
 def detect_cluster(cluster: str, environ=os.environ) -> str | None:

@@ -3,7 +3,7 @@
 import json
 import os
 
-import main
+from cli import runtime
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_synthetic_run_flags
 
@@ -34,7 +34,7 @@ def test_bench_reports_and_appends(tmp_path, monkeypatch):
   assert '--xla_cpu_use_xnnpack=true' in record['xla_flags']  # the default
   assert 'xnnpack' not in records[1]['xla_flags']
   # main.py restarts itself once with its malloc tunables, unless told otherwise.
-  assert record['glibc_tunables'] == main.MALLOC_TUNABLES
+  assert record['glibc_tunables'] == runtime.MALLOC_TUNABLES
   assert records[1]['glibc_tunables'] == ''
   # The FLOPs are XLA's count of the model, whatever kernels compute it.
   assert records[1]['model_gflops_per_image'] == record['model_gflops_per_image']
