@@ -66,6 +66,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.mesh.data = -1  # data-parallel axis size; -1 fills the remaining devices
   config.mesh.fsdp = 1  # fully sharded data-parallel axis (ZeRO-3) size
   config.mesh.tensor = 1  # tensor-parallel axis size
+  config.mesh.shard_update = False  # spmd: split optimiser state and update over the data axis (weight-update sharding, ZeRO-1)
   # Logical parameter axis -> mesh axes ('data,fsdp' = both; '' = replicated);
   # named sets in configs/sharding.py. Data, not code: a change of
   # parallelism is a change here and in config.mesh, never in the model.

@@ -49,6 +49,7 @@ BAD_INVOCATIONS = [
     ([QUICK, '--config.engine=ps', '--config.ps.max_staleness=2'], 'ps.max_staleness'),
     ([QUICK, '--config.engine=ps', '--config.ps.bandwidth_gbps=-1'], 'ps.bandwidth_gbps'),
     ([QUICK, '--config.engine=ps', '--config.mesh.fsdp=2'], 'engine=ps'),
+    ([QUICK, '--config.engine=ps', '--config.mesh.shard_update=true'], 'mesh.shard_update'),
     ([QUICK, '--config.data.source=synthetic', '--config.engine=ps',
       '--config.ps.overlap=true'], 'ps.num_workers'),  # 8 of 8 CPU devices
     ([QUICK, '--config.engine=ps', '--config.model.bn_group_size=32'],

@@ -97,7 +97,9 @@ def build_experiment(config: ml_collections.ConfigDict, workdir: str) -> Experim
   steps_per_epoch, total_steps = training_length(config, dataset.num_train_examples)
   learning_rate_fn = optim.create_learning_rate_fn(config, steps_per_epoch, total_steps)
   tx = optim.create_optimizer(config, learning_rate_fn)
-  shardings = state_lib.state_shardings(model, tx, config.data.image_size, mesh, rules)
+  shardings = state_lib.state_shardings(
+      model, tx, config.data.image_size, mesh, rules,
+      shard_update=config.mesh.shard_update and config.engine == 'spmd')
   abstract = state_lib.abstract_state(model, tx, config.data.image_size, shardings)
   return Experiment(config=config, mesh=mesh, rules=rules, dataset=dataset,
                     model=model, tx=tx, learning_rate_fn=learning_rate_fn,

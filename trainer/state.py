@@ -1,5 +1,6 @@
 """The train state, created directly with its target sharding."""
 
+import math
 from typing import Any, Callable
 
 import flax
@@ -30,18 +31,60 @@ def _make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
   return init
 
 
-def state_shardings(model, tx, image_size: int, mesh, rules):
+def state_shardings(model, tx, image_size: int, mesh, rules,
+                    shard_update: bool = False):
   """NamedShardings of every state leaf, from the parameters' logical axes.
 
   Optimiser state inherits its parameter's axes because optax maps over the
   boxed (logically partitioned) parameters; scalars such as the step and
-  optax counters have no axes and are replicated.
+  optax counters have no axes and are replicated. With shard_update the
+  optimiser state is further split over the data axis (see
+  split_over_data), since only the update reads it.
   """
   boxed = jax.eval_shape(_make_init_fn(model, tx, image_size), jax.random.key(0))
   specs = nn.get_partition_spec(boxed)
   shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
   shapes = nn.meta.unbox(boxed)
-  return jax.tree.map(_divisible_or_replicated, shardings, shapes)
+  shardings = jax.tree.map(_divisible_or_replicated, shardings, shapes)
+  if shard_update:
+    shardings = shardings.replace(opt_state=jax.tree.map(
+        split_over_data, shardings.opt_state, shapes.opt_state))
+  return shardings
+
+
+def split_over_data(sharding, shape):
+  """`sharding` with the data axis added to the leaf's largest dimension
+  that it divides (after any axes already splitting that dimension).
+
+  Weight-update sharding (Xu et al. 2020, "Automatic Cross-Replica Sharding
+  of Weight Update in Data-Parallel Training"; ZeRO stage 1): data-parallel
+  replicas hold the same parameters, so each can update a 1/N share of them
+  and gather the rest. A leaf with no such dimension (a scalar, an odd
+  size) keeps its sharding and is updated on every replica as before. The
+  choice depends only on the shape and sharding, so a parameter and its
+  optimiser moments always land on the same split.
+  """
+  mesh = sharding.mesh
+  ways = mesh.shape.get('data', 1)
+  spec = [axes if isinstance(axes, tuple) else ((axes,) if axes else ())
+          for axes in sharding.spec]
+  spec += [()] * (len(shape.shape) - len(spec))
+  if ways == 1 or any('data' in axes for axes in spec):
+    return sharding
+  split = lambda d: math.prod(mesh.shape[a] for a in spec[d]) * ways
+  fits = [d for d in range(len(spec)) if shape.shape[d] % split(d) == 0]
+  if not fits:
+    return sharding
+  best = max(fits, key=lambda d: (shape.shape[d] // split(d), -d))
+  spec[best] = spec[best] + ('data',)
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(
+      *[axes if len(axes) > 1 else (axes[0] if axes else None) for axes in spec]))
+
+
+def update_shardings(shardings: TrainState, abstract: TrainState):
+  """The parameters' layout while they are updated: each split over the
+  data axis like its optimiser state (split_over_data)."""
+  return jax.tree.map(split_over_data, shardings.params, abstract.params)
 
 
 def _divisible_or_replicated(sharding, shape):

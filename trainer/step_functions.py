@@ -129,19 +129,29 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
 def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
                label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
                grad_accum_steps: int = 1, seed: int = 0,
-               skip_nonfinite: bool = False, nan_at_step: int = -1):
+               skip_nonfinite: bool = False, nan_at_step: int = -1,
+               update_shardings=None):
   """One optimiser step on a global batch; returns (state, metrics).
 
   metrics['finite'] is 0 when the loss or the gradients are not finite; it is
   computed on the device and read with the other metrics, so no step waits for
   the host. With skip_nonfinite such a step leaves parameters, statistics and
   optimiser state unchanged (the data position still advances).
+
+  update_shardings (a parameter-shaped tree of shardings), if given, is the
+  layout the update runs in: gradients are summed into it (a reduce-scatter
+  rather than an all-reduce) and each device updates only its share of the
+  parameters, which the step's output sharding then gathers again. The
+  arithmetic is the same; only where it runs changes.
   """
   params = state.params
   grads, batch_stats, metrics = compute_gradients(
       params, state.batch_stats, batch, state.step, model=model,
       label_smoothing=label_smoothing, mixup_alpha=mixup_alpha,
       grad_accum_steps=grad_accum_steps, seed=seed, nan_at_step=nan_at_step)
+  if update_shardings is not None:
+    grads = jax.lax.with_sharding_constraint(grads, update_shardings)
+    params = jax.lax.with_sharding_constraint(params, update_shardings)
   grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(metrics['loss']) & jnp.isfinite(grad_norm)
   updates, opt_state = tx.update(grads, state.opt_state, params)

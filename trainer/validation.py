@@ -165,6 +165,10 @@ def _check_ps(config: ml_collections.ConfigDict) -> None:
         f'engine=ps emulates data parallelism only, but mesh.fsdp='
         f'{config.mesh.fsdp} and mesh.tensor={config.mesh.tensor}; set both '
         'to 1 (or use engine=spmd)')
+  if config.mesh.shard_update:
+    raise UsageError('mesh.shard_update splits the SPMD update over the data '
+                     'axis; engine=ps updates on its server shards '
+                     '(ps.num_shards) instead; set mesh.shard_update=false')
   if ps.overlap and ps.mode != 'sync':
     raise UsageError('ps.overlap is built for ps.mode=sync only; set one of '
                      'them differently')

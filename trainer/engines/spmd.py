@@ -9,6 +9,7 @@ import numpy as np
 
 from trainer import memory
 from trainer import mfu
+from trainer import state as state_lib
 from trainer import step_functions
 
 
@@ -24,7 +25,11 @@ def compile_train_step(exp):
                         grad_accum_steps=exp.config.grad_accum_steps,
                         seed=exp.config.seed,
                         skip_nonfinite=exp.config.nonfinite == 'skip',
-                        nan_at_step=exp.config.debug.nan_at_step),
+                        nan_at_step=exp.config.debug.nan_at_step,
+                        update_shardings=(
+                            state_lib.update_shardings(exp.state_shardings,
+                                                       exp.abstract_state)
+                            if exp.config.mesh.shard_update else None)),
       in_shardings=(exp.state_shardings, exp.batch_sharding),
       out_shardings=(exp.state_shardings, None),
       donate_argnums=0)
