@@ -26,6 +26,7 @@ def test_bench_reports_and_appends(tmp_path, monkeypatch):
   assert record['model'] == 'resnet18' and record['depth'] == 0 and record['batch_size'] == 16
   assert record['mesh'] == {'data': 8, 'fsdp': 1, 'tensor': 1}
   assert record['conv_form'] == 'by_shape'  # auto on CPU
+  assert record['shard_update'] is False
   assert record['images_per_sec'] > 0 and record['compile_s'] > 0
   assert record['step_time_p90_s'] >= record['step_time_median_s'] > 0
   assert record['model_gflops_per_image'] > 0 and record['peak_tflops'] > 0

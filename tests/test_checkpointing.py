@@ -65,6 +65,24 @@ def test_restore_onto_another_mesh_gives_equal_params_with_new_layout(tmp_path, 
   assert kernel.addressable_shards[0].data.shape[-1] * 4 == kernel.shape[-1]
 
 
+def test_restore_onto_a_sharded_update_splits_the_optimizer_state(tmp_path, trained):
+  """A checkpoint of a replicated optimiser state restores, equal, onto
+  mesh.shard_update's layout: the momenta split over the data axis."""
+  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  checkpointer.save(2, trained, {'step': 2})
+  checkpointer.wait()
+  config = _config(data=4)
+  config.mesh.shard_update = True
+  *_, target = build(config, jax.devices()[:4], width=8)
+  restored, _ = checkpointer.restore(2, _abstract_like(trained, target))
+  checkpointer.close()
+  _assert_trees_equal(restored, trained)
+  kernels = [x for x in jax.tree.leaves(restored.opt_state) if x.ndim == 4]
+  assert kernels and all(
+      x.addressable_shards[0].data.size * 4 == x.size for x in kernels)
+  assert all(x.sharding.is_fully_replicated for x in jax.tree.leaves(restored.params))
+
+
 def test_only_the_last_k_checkpoints_are_kept(tmp_path, trained):
   checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
   for step in (1, 2, 3, 4):

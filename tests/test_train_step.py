@@ -46,7 +46,8 @@ def build(config, devices, width=4):
   model = registry.create_model('resnet18', num_classes=NUM_CLASSES, width=width)
   lr_fn = optim.create_learning_rate_fn(config, steps_per_epoch=10, total_steps=10)
   tx = optim.create_optimizer(config, lr_fn)
-  shardings = state_lib.state_shardings(model, tx, IMAGE_SIZE, mesh, rules)
+  shardings = state_lib.state_shardings(model, tx, IMAGE_SIZE, mesh, rules,
+                                       shard_update=config.mesh.shard_update)
   return model, tx, lr_fn, mesh, shardings
 
 

@@ -88,6 +88,7 @@ def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
       'conv_form': exp.model.conv_form,
       'engine': config.engine,
       'mesh': dict(exp.mesh.shape),
+      'shard_update': config.mesh.shard_update,
       'platform': devices[0].platform,
       'device_kind': devices[0].device_kind,
       'num_devices': len(devices),

@@ -26,6 +26,7 @@ def compile_train_step(exp):
                         seed=exp.config.seed,
                         skip_nonfinite=exp.config.nonfinite == 'skip',
                         nan_at_step=exp.config.debug.nan_at_step,
+                        param_shardings=exp.state_shardings.params,
                         update_shardings=(
                             state_lib.update_shardings(exp.state_shardings,
                                                        exp.abstract_state)
