@@ -74,5 +74,6 @@ def check_fits(memory: MemoryReport, capacity: int | None) -> None:
       f'({(memory.peak - capacity) / GIB:.2f} GiB short; parameters + optimiser '
       f'state {(memory.params + memory.opt_state) / GIB:.2f} GiB, temporaries '
       f'{memory.temporaries / GIB:.2f} GiB). Shard the state over more devices '
-      '(mesh.fsdp, or mesh.shard_update for the optimiser state), recompute activations (model.remat=full), or lower the '
-      'per-device batch (batch_size, or grad_accum_steps)')
+      '(mesh.fsdp, or mesh.shard_update for the optimiser state), recompute '
+      'activations (model.remat=full), or lower the per-device batch '
+      '(batch_size, or grad_accum_steps)')
