@@ -9,6 +9,13 @@ form by_shape picks. This is the measurement behind by_shape's rule.
 
   .venv/bin/python benchmarks/conv_forms.py --batch=16 --image_size=64 --width=64
   .venv/bin/python benchmarks/conv_forms.py --net=resnet50 --batch=8 --image_size=224
+  XLA_FLAGS=--xla_cpu_use_xnnpack=true \
+    .venv/bin/python benchmarks/conv_forms.py --batch=8 --image_size=224 --parts
+
+main.py turns XNNPACK on (runtime.cpu_xnnpack); this script runs with
+whatever XLA_FLAGS says. --parts times XLA's convolution in its three parts
+apart (forward, input gradient, kernel gradient), each at a third of the
+layer's FLOPs.
 """
 
 import json
@@ -30,6 +37,8 @@ flags.DEFINE_integer('batch', 16, 'Images per layer call (per-device batch).')
 flags.DEFINE_integer('image_size', 64, 'Input resolution of the network.')
 flags.DEFINE_integer('width', 64, 'Channels of the first stage (64: published).')
 flags.DEFINE_integer('repeats', 10, 'Timed calls per layer and form (median).')
+flags.DEFINE_bool('parts', False, 'Also time the three parts of XLA\'s convolution '
+                  'apart: forward, input gradient, kernel gradient.')
 FLAGS = flags.FLAGS
 
 
@@ -65,22 +74,45 @@ def resnet50_layers(image_size: int, width: int):
   return layers
 
 
-def time_grad(form: str, x, kernel, stride: int, pad: int, repeats: int) -> float:
-  conv = conv_forms.conv_function(form)
-  dimension_numbers = jax.lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1),
-                                                   (0, 3, 1, 2))
-  def loss(x, kernel):
-    y = conv(x, kernel, (stride, stride), ((pad, pad), (pad, pad)),
-             dimension_numbers=dimension_numbers)
-    return jnp.sum(y * y)
-  grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
-  jax.block_until_ready(grad(x, kernel))
+_NHWC = jax.lax.ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+
+
+def median_time(function, *args, repeats: int) -> float:
+  jax.block_until_ready(function(*args))  # compiles
   times = []
   for _ in range(repeats):
     start = time.perf_counter()
-    jax.block_until_ready(grad(x, kernel))
+    jax.block_until_ready(function(*args))
     times.append(time.perf_counter() - start)
   return float(np.median(times))
+
+
+def time_grad(form: str, x, kernel, stride: int, pad: int, repeats: int) -> float:
+  conv = conv_forms.conv_function(form)
+  def loss(x, kernel):
+    y = conv(x, kernel, (stride, stride), ((pad, pad), (pad, pad)),
+             dimension_numbers=_NHWC)
+    return jnp.sum(y * y)
+  return median_time(jax.jit(jax.grad(loss, argnums=(0, 1))), x, kernel,
+                     repeats=repeats)
+
+
+def time_xla_parts(x, kernel, stride: int, pad: int, repeats: int) -> dict[str, float]:
+  """Seconds of XLA's forward convolution, and of each half of its backward
+  pass on its own (the gradient with respect to the input, then to the
+  kernel), for a given output gradient."""
+  conv = lambda x, kernel: jax.lax.conv_general_dilated(
+      x, kernel, (stride, stride), ((pad, pad), (pad, pad)), dimension_numbers=_NHWC)
+  output_grad = jnp.ones_like(conv(x, kernel))
+  input_grad = lambda x, kernel, g: jax.vjp(lambda x: conv(x, kernel), x)[1](g)[0]
+  kernel_grad = lambda x, kernel, g: jax.vjp(lambda k: conv(x, k), kernel)[1](g)[0]
+  return {
+      'forward': median_time(jax.jit(conv), x, kernel, repeats=repeats),
+      'input_grad': median_time(jax.jit(input_grad), x, kernel, output_grad,
+                                repeats=repeats),
+      'kernel_grad': median_time(jax.jit(kernel_grad), x, kernel, output_grad,
+                                 repeats=repeats),
+  }
 
 
 def main(argv):
@@ -94,7 +126,7 @@ def main(argv):
     flops = 3 * 2 * FLAGS.batch * out * out * k * k * cin * cout
     xla = time_grad('xla', x, kernel, stride, pad, FLAGS.repeats)
     patches = time_grad('patches', x, kernel, stride, pad, FLAGS.repeats)
-    print(json.dumps({
+    record = {
         'input': [FLAGS.batch, side, side, cin], 'kernel': [k, k, cin, cout],
         'stride': stride, 'output_side': out,
         'xla_gflops_per_s': round(flops / xla / 1e9, 1),
@@ -102,7 +134,11 @@ def main(argv):
         'patches_speedup': round(xla / patches, 2),
         'by_shape_picks': 'patches' if conv_forms.prefers_patches(
             x.shape, kernel.shape, (stride, stride), ((pad, pad), (pad, pad)))
-                          else 'xla'}), flush=True)
+                          else 'xla'}
+    if FLAGS.parts:  # each part is a third of the layer's FLOPs
+      for part, seconds in time_xla_parts(x, kernel, stride, pad, FLAGS.repeats).items():
+        record[f'xla_{part}_gflops_per_s'] = round(flops / 3 / seconds / 1e9, 1)
+    print(json.dumps(record), flush=True)
 
 
 if __name__ == '__main__':
