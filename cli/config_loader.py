@@ -75,10 +75,14 @@ def load_recipe(path: str) -> ml_collections.ConfigDict:
 def apply_overrides(config: ml_collections.ConfigDict,
                     overrides: list[tuple[str, str]]) -> None:
   declared = dotted_items(config)
-  for key, text in overrides:
+  for old_key, old_text in overrides:
+    # An old name (--config.plan.batch_sizes=...) still works, with a warning.
+    source = f'--config.{old_key}'
+    key, text = schema.rename_key(old_key, old_text, source=source)
     if key not in declared:
       raise schema.unknown_key_error(key, declared, f'--config.{key}')
-    schema.set_value(config, key, parse_override_value(key, text, declared[key]))
+    value = parse_override_value(key, str(text), declared[key])
+    schema.set_value(config, key, schema.upgrade_value(key, value, source=source))
 
 
 def differing_keys(saved: ml_collections.ConfigDict,
@@ -92,7 +96,7 @@ def differing_keys(saved: ml_collections.ConfigDict,
 def build_config(recipe_path: str | None, overrides: list[tuple[str, str]],
                  workdir: str, default_recipe: str) -> ml_collections.ConfigDict:
   """The config of this run, following the work dir rules of ARCHITECTURE.md."""
-  saved = load_saved(workdir)
+  saved = load_saved(workdir) if workdir else None
   if recipe_path is None:
     config = saved if saved is not None else load_recipe(default_recipe)
   else:

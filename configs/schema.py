@@ -11,6 +11,7 @@ import json
 import os
 from typing import Any
 
+from absl import logging
 import ml_collections
 
 from configs import default as default_config
@@ -76,14 +77,73 @@ def unknown_key_error(key: str, schema: dict[str, Any], source: str) -> UsageErr
                     f'{", ".join(siblings)}')
 
 
+def _eval_checkpoint_from_step(step: Any) -> str:
+  """eval.checkpoint_step (-1: latest) as an eval.checkpoint value."""
+  step = int(step)
+  return 'latest' if step == -1 else str(step)
+
+
+# Keys renamed since they were introduced: old name -> (new name, how an old
+# value becomes a new one, or None when it carries over). A saved
+# config.json, a recipe or --config.OLD=VALUE with an old name still loads,
+# with a warning, so work dirs and scripts of earlier versions keep working.
+RENAMED_KEYS: dict[str, tuple[str, Any]] = {
+    'plan.batch_sizes': ('plan.per_worker_batch_sizes', None),
+    'plan.bandwidth_gbps': ('plan.link_bandwidth_gbps', None),
+    'plan.latency_ms': ('plan.link_latency_ms', None),
+    'study.batch_sizes': ('study.global_batch_sizes', None),
+    'study.bandwidths_gbps': ('study.link_bandwidths_gbps', None),
+    'eval.checkpoint_step': ('eval.checkpoint', _eval_checkpoint_from_step),
+}
+# Values whose meaning changed: (key, old value) -> the value that means the
+# same now. ps.max_staleness=-1 meant "unset, 1".
+LEGACY_VALUES: dict[tuple[str, Any], Any] = {('ps.max_staleness', -1): 1}
+_warned: set[tuple[str, str]] = set()
+
+
+def rename_key(key: str, value: Any, *, source: str) -> tuple[str, Any]:
+  """(key, value) with an old key name replaced by today's, warning once."""
+  if key not in RENAMED_KEYS:
+    return key, value
+  new_key, convert = RENAMED_KEYS[key]
+  try:
+    new_value = convert(value) if convert else value
+  except (TypeError, ValueError):
+    raise UsageError(f'{source}: {key}={value!r} (now {new_key}) is not a '
+                     'valid value') from None
+  _warn_once(source, key, f'{source}: {key} is now {new_key}; read as '
+             f'{new_key}={new_value!r}')
+  return new_key, new_value
+
+
+def upgrade_value(key: str, value: Any, *, source: str) -> Any:
+  """`value` of `key` in today's meaning (LEGACY_VALUES), warning once."""
+  if isinstance(value, (list, tuple)) or (key, value) not in LEGACY_VALUES:
+    return value
+  new_value = LEGACY_VALUES[key, value]
+  _warn_once(source, key, f'{source}: {key}={value!r} is the old spelling of '
+             f'{key}={new_value!r}; read as that')
+  return new_value
+
+
+def _warn_once(source: str, key: str, message: str) -> None:
+  if (source, key) not in _warned:
+    _warned.add((source, key))
+    logging.warning('%s', message)
+
+
 def conform_to_schema(values: dict[str, Any], *, source: str) -> ml_collections.ConfigDict:
-  """A full config from flat `values`: unknown keys and wrong types are errors."""
+  """A full config from flat `values`: unknown keys and wrong types are errors.
+
+  Old key names and values (RENAMED_KEYS, LEGACY_VALUES) are upgraded."""
   config = default_config.get_config()
   schema = dotted_items(config)
-  for key, value in values.items():
+  for old_key, old_value in values.items():
+    key, value = rename_key(old_key, old_value, source=source)
     if key not in schema:
       raise unknown_key_error(key, schema, source)
-    set_value(config, key, coerce(key, value, schema[key], source=source))
+    value = upgrade_value(key, coerce(key, value, schema[key], source=source), source=source)
+    set_value(config, key, value)
   return config
 
 

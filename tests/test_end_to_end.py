@@ -109,11 +109,46 @@ def test_eval_mode_reproduces_the_final_training_accuracy(trained_workdir):
 
 def test_eval_mode_restores_a_chosen_checkpoint(trained_workdir):
   result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
-                    '--config.eval.checkpoint_step=4')
+                    '--config.eval.checkpoint=4')
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
   assert summary['step'] == 4
   assert summary['accuracy'] == _records(trained_workdir, 'eval')[0]['accuracy']
+
+
+def test_eval_mode_restores_the_best_checkpoint(trained_workdir):
+  evals = _records(trained_workdir, 'eval')
+  best = max(evals, key=lambda r: r['accuracy'])  # the first of equals, as saved
+  result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
+                    '--config.eval.checkpoint=best')
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  assert summary['step'] == best['step']
+  assert summary['accuracy'] == best['accuracy']
+
+
+def test_eval_mode_evaluates_another_split_of_the_same_classes(trained_workdir):
+  result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
+                    '--config.eval.split=train')
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  assert summary['step'] == STEPS
+  assert summary['num_examples'] == 5000  # the shapes' training split
+
+
+@pytest.mark.parametrize('choice,fragment', [
+    ('3', 'eval.checkpoint=3: no such checkpoint; available: 4, 8'),
+    ('newest', "eval.checkpoint='newest' is not accepted"),
+])
+def test_eval_mode_with_a_missing_checkpoint_exits_2_with_one_line(trained_workdir, choice,
+                                                                    fragment):
+  before = sorted(os.listdir(trained_workdir))
+  result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
+                    f'--config.eval.checkpoint={choice}')
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert fragment in result.stderr.strip().splitlines()[-1]
+  assert 'Traceback' not in result.stderr
+  assert sorted(os.listdir(trained_workdir)) == before
 
 
 def test_rerun_with_another_model_in_the_same_workdir_is_refused(trained_workdir, shapes_dir):

@@ -17,8 +17,8 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   # T_C is the chosen batch's FLOPs (XLA's count here) at that peak and
   # utilisation; the sweep is measured here.
   result = run_main(f'--workdir={workdir}', '--mode=plan', *TINY,
-                    '--config.ps.num_workers=2', '--config.plan.batch_sizes=2,4',
-                    '--config.plan.num_workers=16', '--config.plan.bandwidth_gbps=10',
+                    '--config.ps.num_workers=2', '--config.plan.per_worker_batch_sizes=2,4',
+                    '--config.plan.num_workers=16', '--config.plan.link_bandwidth_gbps=10',
                     '--config.plan.device_tflops=100',
                     '--config.plan.device_utilization=0.5')
   assert result.returncode == 0, result.stderr[-3000:]
@@ -40,9 +40,12 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
 
 def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
   workdir = tmp_path / 'study'
-  grid = [*TINY, '--config.study.models=resnet18', '--config.study.model_width=4',
-          '--config.study.num_workers=2', '--config.study.batch_sizes=8',
-          '--config.study.bandwidths_gbps=1', '--config.study.steps=1']
+  # batch_size=100 divides neither the 8 devices nor the 2 workers: the
+  # study sets each cell's batch itself, so the run's own must not block it.
+  grid = [*TINY, '--config.batch_size=100', '--config.study.models=resnet18',
+          '--config.study.model_width=4',
+          '--config.study.num_workers=2', '--config.study.global_batch_sizes=8',
+          '--config.study.link_bandwidths_gbps=1', '--config.study.steps=1']
   result = run_main(f'--workdir={workdir}', '--mode=study', *grid,
                     '--config.study.num_shards=1')
   assert result.returncode == 0, result.stderr[-3000:]
@@ -67,11 +70,11 @@ def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
 
 @pytest.mark.parametrize('args,fragment', [
     (['--mode=study', '--config.study.num_shards='], 'study.num_shards'),
-    (['--mode=study', '--config.study.bandwidths_gbps=0'], 'study.bandwidths_gbps'),
-    (['--mode=plan', '--config.plan.bandwidth_gbps=-1'], 'plan.bandwidth_gbps'),
+    (['--mode=study', '--config.study.link_bandwidths_gbps=0'], 'study.link_bandwidths_gbps'),
+    (['--mode=plan', '--config.plan.link_bandwidth_gbps=-1'], 'plan.link_bandwidth_gbps'),
     (['--mode=plan', '--config.plan.device_utilization=1.5'], 'plan.device_utilization'),
     (['--mode=plan', '--config.runtime.device_memory_gib=0.000001',
-      '--config.plan.batch_sizes=2'], 'fits'),
+      '--config.plan.per_worker_batch_sizes=2'], 'fits'),
 ], ids=['empty grid', 'study bandwidth', 'plan bandwidth', 'utilization', 'nothing fits'])
 def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment):
   result = run_main(f'--workdir={tmp_path / "w"}', *TINY, *args)

@@ -92,6 +92,45 @@ def latest_step(workdir: str) -> int | None:
   return step
 
 
+def best_steps(workdir: str) -> list[int]:
+  """The steps in the work dir's checkpoints_best/, best (by eval top-1)
+  last; [] when there is none. Creates nothing."""
+  directory = os.path.abspath(os.path.join(workdir, BEST_DIR))
+  if not os.path.isdir(directory):
+    return []
+  manager = ocp.CheckpointManager(
+      directory, options=ocp.CheckpointManagerOptions(
+          create=False, best_fn=lambda metrics: metrics['accuracy'], best_mode='max'),
+      item_handlers=item_handlers())
+  try:
+    steps = list(manager.all_steps())
+    best = manager.best_step()
+  finally:
+    manager.close()
+  return sorted(s for s in steps if s != best) + ([best] if best is not None else [])
+
+
+def restore_weights(directory: str, step: int, abstract_state):
+  """`abstract_state` with the step, parameters and batch statistics of
+  checkpoint `step` in `directory` (on their shardings) and opt_state=None:
+  what evaluation needs, without reading the optimiser state."""
+  weights = {'step': abstract_state.step, 'params': abstract_state.params,
+             'batch_stats': abstract_state.batch_stats}
+  manager = ocp.CheckpointManager(
+      os.path.abspath(directory), options=ocp.CheckpointManagerOptions(create=False),
+      item_handlers=item_handlers())
+  try:
+    saved = manager.item_metadata(step)['state']
+  finally:
+    manager.close()
+  check_shapes(saved, weights, f'checkpoint {step} in {directory}')
+  restored = restore_subset(directory, step, _without_empty(weights))
+  logging.info('Restored the weights of checkpoint %d from %s', step, directory)
+  return abstract_state.replace(step=restored['step'], params=restored['params'],
+                                batch_stats=restored.get('batch_stats', {}),
+                                opt_state=None)
+
+
 def restore_subset(directory: str, step: int, target: dict) -> dict:
   """The leaves of checkpoint `step` that `target` names, and no others.
 
@@ -178,19 +217,8 @@ class Checkpointer:
     return restored['state'], restored['meta']
 
   def restore_weights(self, step: int, abstract_state):
-    """`abstract_state` with the step, parameters and batch statistics of
-    checkpoint `step` (on their shardings) and opt_state=None: what
-    evaluation needs, without reading the optimiser state."""
-    weights = {'step': abstract_state.step, 'params': abstract_state.params,
-               'batch_stats': abstract_state.batch_stats}
-    check_shapes(self._latest.item_metadata(step)['state'], weights,
-                 f'checkpoint {step} in {self._latest.directory}')
-    restored = restore_subset(self._latest.directory, step, _without_empty(weights))
-    logging.info('Restored the weights of checkpoint %d from %s', step,
-                 self._latest.directory)
-    return abstract_state.replace(step=restored['step'], params=restored['params'],
-                                  batch_stats=restored.get('batch_stats', {}),
-                                  opt_state=None)
+    """See the module's `restore_weights`; from the latest checkpoints."""
+    return restore_weights(self._latest.directory, step, abstract_state)
 
   def wait(self) -> None:
     """Blocks until every started save is on disk."""

@@ -3,6 +3,8 @@
 import dataclasses
 import functools
 import json
+import os
+import time
 
 from absl import logging
 import jax
@@ -17,6 +19,7 @@ from trainer import experiment
 from trainer import metrics_log
 from trainer import step_functions
 from trainer import unreadable
+from trainer import validation
 
 
 def compile_eval_step(exp: experiment.Experiment):
@@ -37,10 +40,12 @@ def run_evaluation(exp: experiment.Experiment, eval_fn, state) -> dict:
       exp.dataset.eval_batches(), exp.batch_sharding,
       size=exp.config.data.prefetch_batches)
   totals = None
+  progress = _EvalProgress(exp.dataset.num_eval_batches)
   with exp.tracing_context():
-    for batch in batches:
+    for i, batch in enumerate(batches):
       sums = eval_fn(state, batch)
       totals = sums if totals is None else _add_sums(totals, sums)
+      progress.after_batch(i + 1)
   totals = jax.device_get(totals)
   count = int(totals['count'])
   # Unreadable images are masked out of the metrics and counted apart, so
@@ -56,6 +61,25 @@ def run_evaluation(exp: experiment.Experiment, eval_fn, state) -> dict:
       'num_examples': count,
       'num_unreadable': unreadable,
   }
+
+
+class _EvalProgress:
+  """A progress line every PERIOD_S seconds of a long evaluation pass
+  (ImageNet's 50,000 images take minutes); a short pass says nothing."""
+  PERIOD_S = 30.0
+
+  def __init__(self, num_batches: int):
+    self._num_batches = num_batches
+    self._start = self._last = time.monotonic()
+
+  def after_batch(self, done: int) -> None:
+    now = time.monotonic()
+    if now - self._last < self.PERIOD_S or done >= self._num_batches:
+      return
+    self._last = now
+    elapsed = now - self._start
+    logging.info('evaluating: batch %d/%d, %.0f s so far, about %.0f s left', done,
+                 self._num_batches, elapsed, elapsed / done * (self._num_batches - done))
 
 
 @jax.jit
@@ -82,23 +106,42 @@ def weights_only(exp: experiment.Experiment) -> experiment.Experiment:
       abstract_state=exp.abstract_state.replace(opt_state=None))
 
 
+def choose_checkpoint(workdir: str, choice: str | int, latest_steps: list[int]) -> tuple[str, int]:
+  """(directory, step) of eval.checkpoint's choice: 'latest', 'best' or a step.
+
+  A step is looked up among the latest checkpoints, then in checkpoints_best/.
+  """
+  best_steps = checkpointing.best_steps(workdir)
+  latest_dir = os.path.join(workdir, checkpointing.LATEST_DIR)
+  best_dir = os.path.join(workdir, checkpointing.BEST_DIR)
+  if choice == 'latest':
+    if not latest_steps:
+      raise UsageError(f'--workdir={workdir}: no checkpoint to evaluate; train first')
+    return latest_dir, max(latest_steps)
+  if choice == 'best':
+    if not best_steps:
+      raise UsageError(f'eval.checkpoint=best: {best_dir} holds no checkpoint; train '
+                       'with checkpoint.keep_best=true, or evaluate latest or a step')
+    return best_dir, best_steps[-1]
+  if choice in latest_steps:
+    return latest_dir, choice
+  if choice in best_steps:
+    return best_dir, choice
+  available = sorted(set(latest_steps) | set(best_steps))
+  raise UsageError(f'eval.checkpoint={choice}: no such checkpoint; available: '
+                   f'{", ".join(map(str, available)) or "none"}')
+
+
 def evaluate_checkpoint(config, workdir: str) -> dict:
   """--mode=eval: restore a checkpoint's weights, evaluate, log, return the
   summary. The optimiser state is not read: the parameters and batch
   statistics go straight onto their shardings."""
-  exp = experiment.build_experiment(config, workdir)
+  choice = validation.eval_checkpoint(config.eval.checkpoint)
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.checkpoint.keep)
-  available = checkpointer.all_steps()
-  step = config.eval.checkpoint_step
-  if step == -1:
-    if not available:
-      raise UsageError(f'--workdir={workdir}: no checkpoint to evaluate; train first')
-    step = max(available)
-  elif step not in available:
-    raise UsageError(f'eval.checkpoint_step={step}: no such checkpoint; '
-                     f'available: {", ".join(map(str, sorted(available))) or "none"}')
-  state = checkpointer.restore_weights(step, exp.abstract_state)
+  directory, step = choose_checkpoint(workdir, choice, checkpointer.all_steps())
+  exp = experiment.build_experiment(config, workdir, eval_only=True)
   checkpointer.close()
+  state = checkpointing.restore_weights(directory, step, exp.abstract_state)
   exp = weights_only(exp)
   summary = {'step': step, **run_evaluation(exp, compile_eval_step(exp), state)}
   unreadable.UnreadableExamples(workdir, exp.dataset, process_count=jax.process_count(),

@@ -12,8 +12,9 @@ import ml_collections
 import optax
 
 from configs.errors import UsageError
-from input_pipeline import create_dataset
+from input_pipeline import create_dataset, PairedDataset
 from models import registry
+from trainer import eval_data
 from trainer import mesh as mesh_lib
 from trainer import optim
 from trainer import state as state_lib
@@ -81,18 +82,37 @@ def resolve_num_classes(config, dataset) -> int:
   return dataset.num_classes or wanted
 
 
-def build_experiment(config: ml_collections.ConfigDict, workdir: str) -> Experiment:
-  mesh = mesh_lib.create_mesh(config.mesh)
-  rules = mesh_lib.logical_axis_rules(config)
+def create_experiment_dataset(config, workdir: str, *, eval_only: bool = False):
+  """The run's Dataset: training data, and evaluation data per eval.*.
+
+  eval_only (--mode=eval): with eval data of its own, the training data is
+  not opened at all, so a machine that holds only the evaluation set can
+  evaluate.
+  """
   # A saved class map fixes the labels of this work dir; a new one is written
   # by the trainer only once every check has passed (see train.py).
   class_map_path = os.path.join(workdir, CLASS_MAP_FILE_NAME)
-  dataset = create_dataset(
-      config.data, batch_size=config.batch_size,
+  common = dict(
+      batch_size=config.batch_size,
       eval_batch_size=config.eval.batch_size or config.batch_size,
       seed=config.seed, process_index=jax.process_index(),
       process_count=jax.process_count(),
       class_map_path=class_map_path if os.path.exists(class_map_path) else None)
+  eval_config = eval_data.eval_data_config(config)
+  if eval_config is not None and eval_only:
+    return create_dataset(eval_config, **common)
+  dataset = create_dataset(config.data, **common)
+  if eval_config is None:
+    return dataset
+  name = f'{eval_config.name or eval_config.dir} ({eval_config.eval_split})'
+  return PairedDataset(dataset, create_dataset(eval_config, **common), eval_name=name)
+
+
+def build_experiment(config: ml_collections.ConfigDict, workdir: str, *,
+                     eval_only: bool = False) -> Experiment:
+  mesh = mesh_lib.create_mesh(config.mesh)
+  rules = mesh_lib.logical_axis_rules(config)
+  dataset = create_experiment_dataset(config, workdir, eval_only=eval_only)
   model = create_model(config, resolve_num_classes(config, dataset))
   steps_per_epoch, total_steps = training_length(config, dataset.num_train_examples)
   learning_rate_fn = optim.create_learning_rate_fn(config, steps_per_epoch, total_steps)

@@ -48,6 +48,16 @@ def profile_steps(text: str) -> tuple[int, int] | None:
   return first, end
 
 
+def eval_checkpoint(text: str) -> str | int:
+  """eval.checkpoint: 'latest', 'best' or a step number (int)."""
+  if text in ('latest', 'best'):
+    return text
+  if text.isdigit():
+    return int(text)
+  raise UsageError(f'eval.checkpoint={text!r} is not accepted; use latest, best '
+                   'or a step number')
+
+
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Value checks that need neither devices nor data (input_pipeline checks
   config.data itself)."""
@@ -119,7 +129,11 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _at_least('checkpoint.every_steps', config.checkpoint.every_steps, 1)
   _at_least('checkpoint.every_minutes', config.checkpoint.every_minutes, 0.0)
   _at_least('checkpoint.keep', config.checkpoint.keep, 1)
-  _at_least('eval.checkpoint_step', config.eval.checkpoint_step, -1)
+  eval_checkpoint(config.eval.checkpoint)
+  if config.eval.dataset and config.data.source != 'tfds':
+    raise UsageError(f'eval.dataset={config.eval.dataset!r} names a tfds data set, '
+                     f"but data.source={config.data.source!r}; for folder data "
+                     'set eval.data_dir (and eval.split) instead')
   _at_least('eval.batch_size', config.eval.batch_size, 0)
   _at_least('runtime.num_cpu_devices', config.runtime.num_cpu_devices, 0)
   _at_least('runtime.device_memory_gib', config.runtime.device_memory_gib, 0.0)
@@ -146,13 +160,12 @@ def _check_ps(config: ml_collections.ConfigDict) -> None:
   _at_least('ps.num_workers', ps.num_workers, 0)
   _one_of('ps.mode', ps.mode, PS_MODES)
   _one_of('ps.partitioner', ps.partitioner, PS_PARTITIONERS)
-  if ps.mode == 'sync' and ps.max_staleness != -1:
+  if ps.max_staleness < 0:
+    raise UsageError(f'ps.max_staleness={ps.max_staleness} must be >= 0 '
+                     '(steps a worker may run ahead of the slowest)')
+  if ps.mode == 'sync' and ps.max_staleness != 1:
     raise UsageError(f'ps.max_staleness={ps.max_staleness} applies to '
                      'ps.mode=async only; remove it or set ps.mode=async')
-  if ps.max_staleness < -1:
-    raise UsageError(f'ps.max_staleness={ps.max_staleness} must be >= 0 '
-                     '(steps a worker may run ahead of the slowest), or -1 '
-                     'for the default of 1')
   for key in ('bandwidth_gbps', 'latency_ms'):
     if not math.isfinite(ps[key]) or ps[key] < 0:
       raise UsageError(f'ps.{key}={ps[key]!r} must be a finite number > 0, '
@@ -191,14 +204,14 @@ def parse_list(key: str, text: str, kind=int) -> list:
 
 def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   plan, study = config.plan, config.study
-  if any(b < 1 for b in parse_list('plan.batch_sizes', plan.batch_sizes)):
-    raise UsageError(f'plan.batch_sizes={plan.batch_sizes!r}: sizes must be >= 1')
+  if any(b < 1 for b in parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)):
+    raise UsageError(f'plan.per_worker_batch_sizes={plan.per_worker_batch_sizes!r}: sizes must be >= 1')
   _at_least('plan.repeats', plan.repeats, 1)
   _at_least('plan.num_workers', plan.num_workers, 0)
-  if not 0 < plan.bandwidth_gbps < math.inf:
-    raise UsageError(f'plan.bandwidth_gbps={plan.bandwidth_gbps!r} must be a '
+  if not 0 < plan.link_bandwidth_gbps < math.inf:
+    raise UsageError(f'plan.link_bandwidth_gbps={plan.link_bandwidth_gbps!r} must be a '
                      'finite number > 0 (the link of the cluster to plan for)')
-  for key in ('latency_ms', 'compute_s', 'device_tflops'):
+  for key in ('link_latency_ms', 'compute_s', 'device_tflops'):
     if not 0 <= plan[key] < math.inf:
       raise UsageError(f'plan.{key}={plan[key]!r} must be a finite number >= 0')
   if not 0 < plan.device_utilization <= 1:
@@ -209,12 +222,12 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
                      "cluster's compute time; set one of them")
   if not [m for m in study.models.split(',') if m.strip()]:
     raise UsageError(f'study.models={study.models!r} names no model')
-  for key in ('num_workers', 'num_shards', 'batch_sizes'):
+  for key in ('num_workers', 'num_shards', 'global_batch_sizes'):
     if any(v < 1 for v in parse_list(f'study.{key}', study[key])):
       raise UsageError(f'study.{key}={study[key]!r}: values must be >= 1')
-  bandwidths = parse_list('study.bandwidths_gbps', study.bandwidths_gbps, float)
+  bandwidths = parse_list('study.link_bandwidths_gbps', study.link_bandwidths_gbps, float)
   if any(not 0 < b < math.inf for b in bandwidths):
-    raise UsageError(f'study.bandwidths_gbps={study.bandwidths_gbps!r}: every '
+    raise UsageError(f'study.link_bandwidths_gbps={study.link_bandwidths_gbps!r}: every '
                      'bandwidth must be a finite number > 0')
   _at_least('study.steps', study.steps, 1)
   _at_least('study.model_width', study.model_width, 0)

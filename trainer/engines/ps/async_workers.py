@@ -37,8 +37,7 @@ class AsyncRunner:
     self._exp = exp
     self._programs = workers.compile_async_programs(
         exp, engine.devices, engine.layout, per_worker_batch)
-    staleness = exp.config.ps.max_staleness
-    self.max_staleness = staleness if staleness >= 0 else 1
+    self.max_staleness = exp.config.ps.max_staleness
     self._skip_nonfinite = exp.config.nonfinite == 'skip'
     n = engine.num_workers
     self._cond = threading.Condition()

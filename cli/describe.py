@@ -1,0 +1,58 @@
+"""--print_config and --list: what a user can set and choose, without a run.
+
+Nothing here starts the runtime or writes anything.
+"""
+
+import ast
+import json
+import os
+
+from configs import reference
+from configs.schema import dotted_items
+
+RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           'configs')
+# Modules of configs/ that are not recipes (no get_config of a run).
+_NOT_RECIPES = ('__init__.py', 'default.py', 'schema.py', 'sharding.py', 'errors.py',
+                'reference.py')
+
+
+def config_text(config) -> str:
+  """Every key of `config`: `key = value` and its meaning, by section."""
+  values = dotted_items(config)
+  lines, section = [], None
+  for doc in reference.key_docs():
+    if doc.section != section:
+      section = doc.section
+      lines.append(f'\n# {section}')
+    lines.append(f'{doc.key} = {json.dumps(values[doc.key])}')
+    lines.append(f'    {doc.meaning}')
+  return '\n'.join(lines).lstrip('\n')
+
+
+def recipes() -> list[tuple[str, str]]:
+  """(path, first line of its docstring) of each recipe in configs/."""
+  found = []
+  for name in sorted(os.listdir(RECIPES_DIR)):
+    if not name.endswith('.py') or name in _NOT_RECIPES:
+      continue
+    path = os.path.join(RECIPES_DIR, name)
+    with open(path) as f:
+      docstring = ast.get_docstring(ast.parse(f.read())) or ''
+    found.append((os.path.join('configs', name), docstring.split('\n')[0]))
+  return found
+
+
+def recipes_text() -> str:
+  return '\n'.join(f'{path:32s} {summary}' for path, summary in recipes())
+
+
+def models_text() -> str:
+  """The registry's model names by family, as `--config.model.name` takes them."""
+  from models import registry  # pylint: disable=g-import-not-at-top
+  families: dict[str, list[str]] = {}
+  for name in registry.MODEL_NAMES:
+    family = ('ViT' if registry.is_vit(name) else 'ResNet' if name.startswith('resnet')
+              else 'VGG' if name.startswith('vgg') else name)
+    families.setdefault(family, []).append(name)
+  return '\n'.join(f'{family:10s} {", ".join(names)}' for family, names in families.items())
