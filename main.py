@@ -1,9 +1,19 @@
-"""Trains or evaluates an image model; see README.md for the commands.
+"""Trains, evaluates, benchmarks or plans an image model.
 
-This file only parses flags, starts the runtime and dispatches: all logic
-lives in cli/ (flags, config loading, the runtime) and trainer/ (validation
-and the work).
+  main.py --config=configs/RECIPE.py --workdir=DIR [--mode=MODE] [--config.KEY=VALUE ...]
+  main.py --config=configs/RECIPE.py [--config.KEY=VALUE ...] --print_config
+  main.py --list=models|recipes
+
+Modes: train (the default; rerun the same command to resume), eval (restore a
+checkpoint and evaluate), bench (time the train step), plan and study (the
+parameter-server planner), prepare (prepare the data once, before a
+multi-host job). README.md is the guide; docs/configuration.md lists every
+config key.
 """
+
+# This file only parses flags, starts the runtime and dispatches: all logic
+# lives in cli/ (flags, config loading, the runtime) and trainer/ (validation
+# and the work).
 
 import json
 import os
@@ -18,17 +28,22 @@ if __name__ == '__main__':
   runtime.restart_with_malloc_tunables()  # before anything allocates much
 
 from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
 from cli import config_loader
+from cli import describe
 from cli import flags_parser
 from cli import logs
 from configs import schema
 from configs.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
+from trainer import eval_data
 from trainer import validation
 
 FLAGS = flags_parser.FLAGS
+# --help lists the flags of cli/flags_parser.py as this program's own.
+flags.adopt_module_key_flags(flags_parser)
 DEFAULT_RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               'configs', 'quickstart.py')
 
@@ -49,18 +64,36 @@ def run(argv) -> int:
   """Everything after flag parsing; returns the exit code."""
   del argv
   parsed = flags_parser.PARSED
+  if FLAGS.list:
+    print(describe.models_text() if FLAGS.list == 'models' else describe.recipes_text())
+    return 0
   config = config_loader.build_config(parsed.recipe_path, parsed.overrides,
                                       FLAGS.workdir, DEFAULT_RECIPE)
   validation.check_config(config)
+  if FLAGS.print_config:
+    print(describe.config_text(config))
+    return 0
   ignored = validation.ignored_ps_keys(config) if FLAGS.mode in ('train', 'bench') else []
   if ignored:
     # Not an error: a PS run's work dir keeps its ps.* keys when it goes
     # on under SPMD.
     logging.warning('engine=spmd: %s set, but only engine=ps uses them', ', '.join(ignored))
-  check_data_config(config.data)
+  # --mode=eval reads only the evaluation data, which eval.* may name.
+  check_data_config((FLAGS.mode == 'eval' and eval_data.eval_data_config(config))
+                    or config.data)
   if FLAGS.mode == 'eval' and schema.load_saved(FLAGS.workdir) is None:
     raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '
                      f'(no {schema.CONFIG_FILE_NAME}); train first')
+
+  if FLAGS.mode == 'prepare':  # before the runtime: one process, no devices
+    from input_pipeline import prepare  # pylint: disable=g-import-not-at-top
+    multi_process = (FLAGS.num_processes > 1 or
+                     runtime.detect_cluster(config.runtime.cluster) is not None)
+    for data in (config.data, eval_data.eval_data_config(config)):
+      if data is not None:  # the second: evaluation data that eval.* names
+        print(prepare.prepare_data(data, seed=config.seed, multi_process=multi_process,
+                                   eval_only=data is not config.data), flush=True)
+    return 0
 
   runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
                      coordinator_address=FLAGS.coordinator_address,
@@ -72,8 +105,11 @@ def run(argv) -> int:
                      compilation_cache_dir=config.runtime.compilation_cache_dir,
                      cpu_xnnpack=config.runtime.cpu_xnnpack)
   import jax  # pylint: disable=g-import-not-at-top
-  validation.check_against_devices(config, num_devices=jax.device_count(),
-                                   num_processes=jax.process_count())
+  if FLAGS.mode not in ('plan', 'study'):
+    # The planner and the study choose their own batches, workers and
+    # meshes, and check each of them; the run's batch_size plays no part.
+    validation.check_against_devices(config, num_devices=jax.device_count(),
+                                     num_processes=jax.process_count())
 
   if FLAGS.mode == 'bench':
     from trainer import bench  # pylint: disable=g-import-not-at-top

@@ -13,13 +13,13 @@ Each device holds one array the size of a model's gradients (ResNet-18's
 On one CPU the emulated devices share the cores and the memory, so N devices
 move N times the bytes through the same memory: compare 2 against 8.
 
-  .venv/bin/python benchmarks/collectives.py --devices=2
-  .venv/bin/python benchmarks/collectives.py --devices=8
+  .venv/bin/python benchmarks/collectives.py --devices=2 --out=benchmarks/speed/collectives.jsonl
+  .venv/bin/python benchmarks/collectives.py --devices=8 --out=benchmarks/speed/collectives.jsonl
 
-Prints one JSON line per operation: the median of --repeats runs.
+Prints one JSON line per operation: the median of --repeats runs, with its
+provenance (benchmarks/provenance.py); --out also appends them to a file.
 """
 
-import json
 import os
 import sys
 import time
@@ -27,14 +27,18 @@ import time
 from absl import app
 from absl import flags
 
+import provenance  # benchmarks/provenance.py, beside this script
+
 flags.DEFINE_integer('devices', 8, 'Emulated CPU devices.')
 flags.DEFINE_integer('megabytes', 47, 'Bytes per device (float32), in MB.')
 flags.DEFINE_integer('repeats', 5, 'Timed runs per operation.')
+flags.DEFINE_string('out', '', provenance.OUT_HELP)
 FLAGS = flags.FLAGS
 
 
 def main(argv):
   del argv
+  results = provenance.Results(FLAGS.out)
   # Before jax is imported: the device count is fixed at start-up.
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              f' --xla_force_host_platform_device_count={FLAGS.devices}')
@@ -68,9 +72,9 @@ def main(argv):
       start = time.perf_counter()
       program(x).block_until_ready()
       times.append(time.perf_counter() - start)
-    print(json.dumps({'operation': name, 'devices': n,
-                      'megabytes_per_device': round(elements * 4 / 1e6, 1),
-                      'median_s': round(float(np.median(times)), 4)}), flush=True)
+    results.write({'operation': name, 'devices': n,
+                   'megabytes_per_device': round(elements * 4 / 1e6, 1),
+                   'median_s': round(float(np.median(times)), 4)})
 
 
 if __name__ == '__main__':

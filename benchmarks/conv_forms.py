@@ -3,14 +3,16 @@
 XLA's convolution against patches-then-matmul (models/conv_forms.py), one
 layer at a time on one device (the whole machine), for the layer shapes of a
 ResNet-18 or ResNet-50 at a given resolution, per-device batch and width.
-Prints one JSON line per layer: GFLOP/s of each form (FLOPs of the layer
+Prints one JSON line per layer (with its provenance; --out also appends
+them to a file): GFLOP/s of each form (FLOPs of the layer
 without padding taps: 3 x 2 x N x Ho x Wo x kh x kw x Cin x Cout) and which
 form by_shape picks. This is the measurement behind by_shape's rule.
 
   .venv/bin/python benchmarks/conv_forms.py --batch=16 --image_size=64 --width=64
   .venv/bin/python benchmarks/conv_forms.py --net=resnet50 --batch=8 --image_size=224
   XLA_FLAGS=--xla_cpu_use_xnnpack=true \
-    .venv/bin/python benchmarks/conv_forms.py --batch=8 --image_size=224 --parts
+    .venv/bin/python benchmarks/conv_forms.py --batch=8 --image_size=224 --repeats=5 \
+    --parts --out=benchmarks/speed/conv_parts_224px.jsonl
 
 main.py turns XNNPACK on (runtime.cpu_xnnpack); this script runs with
 whatever XLA_FLAGS says. --parts times XLA's convolution in its three parts
@@ -18,7 +20,6 @@ apart (forward, input gradient, kernel gradient), each at a third of the
 layer's FLOPs.
 """
 
-import json
 import os
 import sys
 import time
@@ -28,6 +29,8 @@ from absl import flags
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+import provenance  # benchmarks/provenance.py, beside this script
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from models import conv_forms  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -39,6 +42,7 @@ flags.DEFINE_integer('width', 64, 'Channels of the first stage (64: published).'
 flags.DEFINE_integer('repeats', 10, 'Timed calls per layer and form (median).')
 flags.DEFINE_bool('parts', False, 'Also time the three parts of XLA\'s convolution '
                   'apart: forward, input gradient, kernel gradient.')
+flags.DEFINE_string('out', '', provenance.OUT_HELP)
 FLAGS = flags.FLAGS
 
 
@@ -117,6 +121,7 @@ def time_xla_parts(x, kernel, stride: int, pad: int, repeats: int) -> dict[str, 
 
 def main(argv):
   del argv
+  results = provenance.Results(FLAGS.out)
   layers = {'resnet18': resnet18_layers, 'resnet50': resnet50_layers}[FLAGS.net]
   for side, cin, cout, k, stride in layers(FLAGS.image_size, FLAGS.width):
     pad = k // 2
@@ -138,7 +143,7 @@ def main(argv):
     if FLAGS.parts:  # each part is a third of the layer's FLOPs
       for part, seconds in time_xla_parts(x, kernel, stride, pad, FLAGS.repeats).items():
         record[f'xla_{part}_gflops_per_s'] = round(flops / 3 / seconds / 1e9, 1)
-    print(json.dumps(record), flush=True)
+    results.write(record)
 
 
 if __name__ == '__main__':

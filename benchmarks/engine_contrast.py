@@ -4,10 +4,12 @@ For each model and each worker count N_w, one child process with N_w
 emulated devices measures the SPMD engine (data parallel over those devices)
 and the synchronous PS engine for every shard count N_ps and link bandwidth.
 Each configuration is compiled, warmed up, then timed over --steps steps on
-synthetic data; a line of JSON per configuration goes to standard output,
-and the table and a PNG to --out.
+synthetic data; a line of JSON per configuration, with its provenance
+(benchmarks/provenance.py), goes to standard output, and --out also appends
+the lines to a file. benchmarks/make_plots.py draws images/s from them.
 
-  .venv/bin/python benchmarks/engine_contrast.py --out=benchmarks/engine_contrast
+  .venv/bin/python benchmarks/engine_contrast.py \
+      --out=benchmarks/engine_contrast/results.jsonl
 """
 
 import argparse
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import provenance  # benchmarks/provenance.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name -> (config overrides, global batch)
@@ -93,38 +97,9 @@ def child(args) -> None:
                       'batch_size': config.batch_size, **result}), flush=True)
 
 
-def _plot(rows, path: str) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  models = sorted({r['model'] for r in rows})
-  bandwidths = sorted({r['bandwidth_gbps'] for r in rows if r['engine'] == 'ps'})
-  fig, axes = plt.subplots(len(models), len(bandwidths),
-                           figsize=(5 * len(bandwidths), 4 * len(models)), squeeze=False)
-  for row, model in enumerate(models):
-    for col, bandwidth in enumerate(bandwidths):
-      ax = axes[row][col]
-      for n_ps in sorted({r['num_shards'] for r in rows if r['engine'] == 'ps'}):
-        cells = sorted((r['num_workers'], r['images_per_sec']) for r in rows
-                       if r['model'] == model and r['engine'] == 'ps'
-                       and r['num_shards'] == n_ps and r['bandwidth_gbps'] == bandwidth)
-        ax.plot(*zip(*cells), marker='o', label=f'PS, {n_ps} shards')
-      spmd = sorted((r['num_workers'], r['images_per_sec']) for r in rows
-                    if r['model'] == model and r['engine'] == 'spmd')
-      ax.plot(*zip(*spmd), marker='s', color='black', label='SPMD all-reduce')
-      link = 'unlimited' if bandwidth == 0 else f'{bandwidth:g} Gbit/s'
-      ax.set_title(f'{model}, PS links {link}')
-      ax.set_xlabel('workers (devices)')
-      ax.set_ylabel('images/s')
-      ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-
-
 def parent(args) -> None:
-  os.makedirs(args.out, exist_ok=True)
+  results = provenance.Results(args.out)
   cache_dir = tempfile.mkdtemp(prefix='engine_contrast_cache_')
-  rows = []
   for model in args.models:
     for num_workers in args.workers:
       env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3',
@@ -139,11 +114,7 @@ def parent(args) -> None:
         sys.exit(f'{model} with {num_workers} workers failed:\n{result.stderr[-3000:]}')
       for line in result.stdout.splitlines():
         if line.startswith('{'):
-          rows.append(json.loads(line))
-          print(line, flush=True)
-  with open(os.path.join(args.out, 'results.jsonl'), 'w') as f:
-    f.writelines(json.dumps(r) + '\n' for r in rows)
-  _plot(rows, os.path.join(args.out, 'images_per_sec.png'))
+          results.write(json.loads(line))
 
 
 def main() -> None:
@@ -161,7 +132,7 @@ def main() -> None:
                       default=[0.0, 1.0], help='Gbit/s per link; 0: unlimited')
   parser.add_argument('--steps', type=int, default=3)
   parser.add_argument('--warmup', type=int, default=2)
-  parser.add_argument('--out', default='benchmarks/engine_contrast')
+  provenance.add_out_argument(parser)
   args = parser.parse_args()
   sys.path.insert(0, REPO)
   child(args) if args.child else parent(args)  # pylint: disable=expression-not-assigned

@@ -15,10 +15,12 @@ measured.
   .venv/bin/pip install --no-deps clu   # the example's train.py imports it
   .venv/bin/python benchmarks/flax_side_by_side.py \
       --flax_imagenet_dir=/tmp/flax/examples/imagenet \
-      --model=resnet18 --image_size=64 --batch_size=32 --devices=2
+      --model=resnet18 --image_size=64 --batch_size=32 --devices=2 \
+      --out=benchmarks/speed/flax_side_by_side.jsonl
 
 Prints one JSON line per run and one summary line (medians over rounds),
-and appends them to --out when given.
+each with its provenance (benchmarks/provenance.py), and appends them to
+--out when given.
 """
 
 import functools
@@ -33,6 +35,7 @@ from absl import app
 from absl import flags
 
 import bench_runs  # benchmarks/bench_runs.py, beside this script
+import provenance  # benchmarks/provenance.py, beside this script
 
 _BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,7 +50,7 @@ flags.DEFINE_integer('devices', 2, 'Emulated CPU devices (data parallel in both)
 flags.DEFINE_integer('steps', 10, 'Timed steps per run.')
 flags.DEFINE_integer('warmup_steps', 3, 'Untimed steps after compiling.')
 flags.DEFINE_integer('rounds', 2, 'Runs of each trainer, interleaved.')
-flags.DEFINE_string('out', '', 'Append the JSON lines to this file too.')
+flags.DEFINE_string('out', '', provenance.OUT_HELP)
 flags.DEFINE_string('xla_flags', '', 'Extra XLA_FLAGS for both trainers.')
 # Internal: the process that runs the Flax example.
 flags.DEFINE_bool('flax_role', False, 'Run the Flax example here (internal).')
@@ -156,7 +159,7 @@ def main(argv):
   if FLAGS.flax_role:
     print(json.dumps(flax_example_run()))
     return
-  lines = []
+  results = provenance.Results(FLAGS.out)
   ours, theirs = [], []
   for _ in range(FLAGS.rounds):
     ours.append(run_ours())
@@ -167,8 +170,7 @@ def main(argv):
         / (ours[-1]['peak_tflops'] * 1e3), 4)
     theirs.append(flax_record)
     for record in (ours[-1], theirs[-1]):
-      lines.append(json.dumps(record))
-      print(lines[-1], flush=True)
+      results.write(record)
   median = lambda records, key: statistics.median(r[key] for r in records)
   summary = {
       'summary': f'{FLAGS.model} {FLAGS.image_size}px batch {FLAGS.batch_size} '
@@ -181,11 +183,7 @@ def main(argv):
       'ratio': round(median(ours, 'images_per_sec') / median(theirs, 'images_per_sec'), 3),
       'xla_flags': FLAGS.xla_flags,
   }
-  lines.append(json.dumps(summary))
-  print(lines[-1])
-  if FLAGS.out:
-    with open(FLAGS.out, 'a') as f:
-      f.write('\n'.join(lines) + '\n')
+  results.write(summary)
 
 
 if __name__ == '__main__':

@@ -5,8 +5,9 @@ the trainer uses (`input_pipeline.create_dataset`, data.source='tfds'): raw
 records by index, parse, fused JPEG decode-and-crop, resize, uint8 batches
 on the host. TensorFlow uses every core.
 
-    python benchmarks/make_imagenet_like.py --data_dir=/tmp/imagenet_like
-    python benchmarks/input_pipeline.py --data_dir=/tmp/imagenet_like
+    python benchmarks/make_imagenet_like.py --data_dir=runs/imagenet_like
+    python benchmarks/input_pipeline.py --data_dir=runs/imagenet_like \
+        --transforms=train,eval,float32_baseline --out=benchmarks/input_pipeline.jsonl
 
 (make_imagenet_like.py writes array_record, the format this project prepares
 tfds data sets in; --file_format=tfrecord writes tfds's default format, the
@@ -17,6 +18,8 @@ centre crop; float32_baseline: the usual full-decode float32 pipeline, for
 comparison), each with the best and the median of --repeats timed runs,
 because other work on the machine slows some runs. cpu_ms_per_image is this
 process's CPU time per image: less sensitive to such neighbours than img/s.
+Each line carries its provenance (benchmarks/provenance.py); --out also
+appends the lines to a file.
 """
 
 import argparse
@@ -32,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import float32_baseline
 from benchmarks import make_imagenet_like
+from benchmarks import provenance
 from configs import default
 import input_pipeline
 
@@ -82,7 +86,9 @@ def main(argv=None) -> list[dict]:
                       help='images per timed run (eval: one pass)')
   parser.add_argument('--warmup_images', type=int, default=1024)
   parser.add_argument('--repeats', type=int, default=3)
+  provenance.add_out_argument(parser)
   args = parser.parse_args(argv)
+  records = provenance.Results(args.out)
 
   dataset = input_pipeline.create_dataset(
       _data_config(args), batch_size=args.batch_size,
@@ -126,8 +132,7 @@ def main(argv=None) -> list[dict]:
         'file_format': stats.get('file_format'),
         'skipped': dataset.skipped_counts().get(transform, 0),
     }
-    print(json.dumps(result), flush=True)
-    results.append(result)
+    results.append(records.write(result))
   return results
 
 

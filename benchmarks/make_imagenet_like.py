@@ -6,10 +6,11 @@ colour fields plus pixel noise, tuned so that files average over 85 KB
 (ImageNet's training JPEGs average about 110 KB). Noise is what makes a JPEG
 large and slow to decode; smooth fields alone would compress to a few KB.
 
-    python benchmarks/make_imagenet_like.py --data_dir=/tmp/imagenet_like
+    python benchmarks/make_imagenet_like.py --data_dir=runs/imagenet_like
 
-prints one JSON line (file sizes, counts) and writes it to
-<data_dir>/imagenet_like_stats.json, then `benchmarks/input_pipeline.py`
+prints one JSON line (file sizes, counts, with its provenance:
+benchmarks/provenance.py; --out also appends it to a file) and writes the
+stats to <data_dir>/imagenet_like_stats.json, then `benchmarks/input_pipeline.py`
 reads the data set as `data.source='tfds'`, `data.name='imagenet_like'`.
 """
 
@@ -60,6 +61,8 @@ def _examples(pool, split_id: int, count: int, sizes: list[int]):
 
 
 def main(argv=None) -> dict:
+  # Here, not at the top: input_pipeline.py imports this module for NAME.
+  import provenance  # pylint: disable=g-import-not-at-top  # benchmarks/provenance.py
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--data_dir', required=True,
                       help='tfds data dir to write imagenet_like/ into')
@@ -68,7 +71,9 @@ def main(argv=None) -> dict:
   parser.add_argument('--file_format', default='array_record',
                       choices=('array_record', 'tfrecord'))
   parser.add_argument('--workers', type=int, default=os.cpu_count())
+  provenance.add_out_argument(parser)
   args = parser.parse_args(argv)
+  results = provenance.Results(args.out)
 
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
@@ -97,7 +102,7 @@ def main(argv=None) -> dict:
   }
   with open(os.path.join(args.data_dir, f'{NAME}_stats.json'), 'w') as f:
     json.dump(stats, f)
-  print(json.dumps(stats))
+  results.write(stats)
   return stats
 
 

@@ -3,14 +3,15 @@
 Compiles (does not run) the real train step of each recipe on 8 emulated CPU
 devices and reads the compiled memory analysis: parameter and optimiser bytes
 per device from the state's shardings, temporaries from XLA. Prints one JSON
-line per case and a markdown table.
+line per case, with its provenance (benchmarks/provenance.py), and a markdown
+table on standard error; --out also appends the lines to a file.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \
-        .venv/bin/python benchmarks/memory_table.py [--batch_size=64]
+        .venv/bin/python benchmarks/memory_table.py --batch_size=64 \
+        --out=benchmarks/memory_table.jsonl
 """
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -22,6 +23,8 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+import provenance  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import imagenet_vit_b16, imagenet_vit_l16  # pylint: disable=g-import-not-at-top,wrong-import-position
 from trainer import experiment, memory  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -63,21 +66,22 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--batch_size', type=int, default=64)
   parser.add_argument('--models', default='vit_b16,vit_l16')
+  provenance.add_out_argument(parser)
   args = parser.parse_args()
+  results = provenance.Results(args.out)
   rows = []
   for model_name in args.models.split(','):
     for mesh_name, shape in MESHES.items():
       row = measure(model_name, shape, args.batch_size)
       row['mesh_name'] = mesh_name
-      print(json.dumps(row), flush=True)
-      rows.append(row)
+      rows.append(results.write(row))
   print('\n| model | mesh | params + opt state / device (GiB) | x (replicated / 8) '
-        '| temporaries (GiB) | peak (GiB) |')
-  print('|---|---|---|---|---|---|')
+        '| temporaries (GiB) | peak (GiB) |', file=sys.stderr)
+  print('|---|---|---|---|---|---|', file=sys.stderr)
   for r in rows:
     print(f"| {r['model']} | {r['mesh_name']} | {r['state_per_device_gib']:.3f} | "
           f"{r['state_vs_replicated_over_8']:.3f} | {r['temporaries_gib']:.3f} | "
-          f"{r['peak_gib']:.3f} |")
+          f"{r['peak_gib']:.3f} |", file=sys.stderr)
 
 
 if __name__ == '__main__':

@@ -7,18 +7,21 @@ stops and time-based saves after every step (runtime.agree_every_steps=1:
 one all-gather per step, which is what the stop check did before
 trainer/agreement.py) and every 10 steps (the default). images/s is the
 median of the logged intervals after the first (compilation and warm-up).
-One JSON line per run on standard output, and a Markdown table at the end.
+One JSON line per run, with its provenance (benchmarks/provenance.py), on
+standard output (--out also appends them to a file), and a Markdown table
+on standard error at the end.
 
-  .venv/bin/python benchmarks/multiprocess.py
+  .venv/bin/python benchmarks/multiprocess.py --out=benchmarks/multiprocess.jsonl
 """
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+
+import provenance  # benchmarks/provenance.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -65,17 +68,18 @@ def main():
   parser = argparse.ArgumentParser()
   parser.add_argument('--steps', type=int, default=60)
   parser.add_argument('--log_every', type=int, default=10)
+  provenance.add_out_argument(parser)
   args = parser.parse_args()
+  results = provenance.Results(args.out)
   rows = []
   for model in MODELS:
     for setup in SETUPS:
-      row = run(model, setup, args.steps, args.log_every)
-      print(json.dumps(row), flush=True)
-      rows.append(row)
-  print('\n| model | setup | images/s | step time (ms) |\n|---|---|---|---|')
+      rows.append(results.write(run(model, setup, args.steps, args.log_every)))
+  print('\n| model | setup | images/s | step time (ms) |\n|---|---|---|---|',
+        file=sys.stderr)
   for r in rows:
     print(f"| {r['model']} | {r['setup']} | {r['images_per_sec']:.0f} | "
-          f"{1e3 * r['step_time_s']:.1f} |")
+          f"{1e3 * r['step_time_s']:.1f} |", file=sys.stderr)
 
 
 if __name__ == '__main__':

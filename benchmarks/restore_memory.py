@@ -15,13 +15,16 @@ and its peak during it (VmHWM, reset just before):
 
 A case whose resident memory passes --max_rss_gib is stopped, so that a
 restore that would not fit does not take the machine down; it reports the
-cap it passed. One JSON line per case.
+cap it passed. One JSON line per case, with its provenance
+(benchmarks/provenance.py); --out also appends them to a file.
 
-    .venv/bin/python benchmarks/restore_memory.py [--model=vit_l16] [--cases=eval,finetune]
+    .venv/bin/python benchmarks/restore_memory.py --model=vit_b16 \
+        --out=benchmarks/restore_memory.jsonl   # then --model=vit_l16
 
 The source checkpoints stay in runs/restore_memory/ (4.6 GB for both
 models) for the next run, e.g. of the same script in an export of older
-code (README.md, "Restoring reads the weights alone").
+code (`git archive COMMIT`, with this script and provenance.py copied in,
+run with --dir pointing at these checkpoints and --label=COMMIT).
 """
 
 import argparse
@@ -30,6 +33,8 @@ import os
 import subprocess
 import sys
 import time
+
+import provenance  # benchmarks/provenance.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -150,12 +155,14 @@ def main():
   parser.add_argument('--label', default='',
                       help="what the rows say ran; default: this checkout's commit")
   parser.add_argument('--child', default='', help=argparse.SUPPRESS)
+  provenance.add_out_argument(parser)
   args = parser.parse_args()
   source = os.path.join(args.dir, f'source_{args.model}')
   scratch = os.path.join(args.dir, 'scratch')
   if args.child:
     print(json.dumps(measure(args.child, args.model, source, scratch)), flush=True)
     return
+  results = provenance.Results(args.out)
   if not os.path.isdir(os.path.join(source, 'checkpoints', '1')):
     start = time.perf_counter()
     write_source(args.model, source)
@@ -164,9 +171,8 @@ def main():
   label = args.label or subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO,
                                        capture_output=True, text=True).stdout.strip()
   for case in args.cases.split(','):
-    row = {'case': case, 'model': args.model, 'mesh': 'fsdp=8', 'code': label,
-           **run_case(case, args.model, source, scratch, args.max_rss_gib)}
-    print(json.dumps(row), flush=True)
+    results.write({'case': case, 'model': args.model, 'mesh': 'fsdp=8', 'code': label,
+                   **run_case(case, args.model, source, scratch, args.max_rss_gib)})
 
 
 if __name__ == '__main__':

@@ -16,14 +16,16 @@ SGD-momentum step of a model from models/registry.py on a fixed random batch:
 
 The first three run under jax.shard_map with batch norm over each device's
 own images. The variants run in turn, `--rounds` times; one JSON line per
-run, then one per variant with the medians. Like main.py, the script starts
-itself again with the malloc tunables and turns XNNPACK on.
+run, then one per variant with the medians, each with its provenance
+(benchmarks/provenance.py); --out also appends them to a file. Like main.py,
+the script starts itself again with the malloc tunables and turns XNNPACK on.
 
-  .venv/bin/python benchmarks/step_parts.py --devices=2
-  .venv/bin/python benchmarks/step_parts.py --devices=8
+  .venv/bin/python benchmarks/step_parts.py --devices=2 --rounds=3 \
+      --out=benchmarks/speed/step_parts.jsonl
+  .venv/bin/python benchmarks/step_parts.py --devices=8 --rounds=3 \
+      --out=benchmarks/speed/step_parts.jsonl
 """
 
-import json
 import os
 import sys
 import time
@@ -44,6 +46,8 @@ import optax
 
 from models import registry
 
+import provenance  # benchmarks/provenance.py, beside this script
+
 VARIANTS = ('gradients', 'gradients_summed', 'step', 'jit')
 
 flags.DEFINE_integer('devices', 2, 'Emulated CPU devices (an XLA_FLAGS count wins).')
@@ -52,6 +56,7 @@ flags.DEFINE_integer('image_size', 64, 'Input resolution.')
 flags.DEFINE_integer('batch_size', 32, 'Global batch, split over the devices.')
 flags.DEFINE_integer('steps', 8, 'Timed steps per run, after 2 untimed.')
 flags.DEFINE_integer('rounds', 2, 'Runs of every variant, interleaved.')
+flags.DEFINE_string('out', '', provenance.OUT_HELP)
 FLAGS = flags.FLAGS
 
 
@@ -122,6 +127,7 @@ def time_variant(step, state, batch) -> dict:
 
 def main(argv):
   del argv
+  results = provenance.Results(FLAGS.out)
   runtime.initialize(num_cpu_devices=FLAGS.devices, coordinator_address=None,
                      num_processes=1, process_id=0, cluster='none')
   mesh = jax.make_mesh((jax.device_count(),), ('data',),
@@ -151,13 +157,12 @@ def main(argv):
       state = jax.device_put(host_state, replicated)  # a fresh copy per run
       record = time_variant(steps[variant], state, batch)
       results[variant].append(record)
-      print(json.dumps({**common, 'variant': variant, 'round': round_index, **record}),
-            flush=True)
+      results.write({**common, 'variant': variant, 'round': round_index, **record})
   for variant, records in results.items():
     medians = {k: round(float(np.median([r[k] for r in records])), 4)
                for k in ('step_s', 'images_per_s', 'cpu_s_per_step')}
-    print(json.dumps({**common, 'variant': variant, 'summary': 'median',
-                      'rounds': FLAGS.rounds, **medians}), flush=True)
+    results.write({**common, 'variant': variant, 'summary': 'median',
+                   'rounds': FLAGS.rounds, **medians})
 
 
 if __name__ == '__main__':

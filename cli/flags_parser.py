@@ -14,7 +14,8 @@ from cli import workdir as workdir_lib
 from configs.errors import UsageError
 
 FLAGS = flags.FLAGS
-MODES = ('train', 'eval', 'bench', 'plan', 'study')
+_HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull', '--helpxml')
+MODES = ('train', 'eval', 'bench', 'plan', 'study', 'prepare')
 
 flags.DEFINE_string('workdir', None, 'Work dir: checkpoints, metrics, config.json.')
 flags.DEFINE_enum('mode', 'train', MODES, 'What to run.')
@@ -22,6 +23,20 @@ flags.DEFINE_string('coordinator_address', None,
                     'HOST:PORT of process 0, for multi-process runs.')
 flags.DEFINE_integer('num_processes', 1, 'Processes in a multi-process run.')
 flags.DEFINE_integer('process_id', 0, 'This process in a multi-process run.')
+flags.DEFINE_boolean('print_config', False,
+                     'Print the resolved config (recipe, the work dir\'s '
+                     'config.json, --config.KEY=VALUE), each key with its value '
+                     'and meaning, and exit. Needs no --workdir.')
+flags.DEFINE_enum('list', None, ('models', 'recipes'),
+                  'List the model names or the recipes (configs/*.py), and exit.')
+# Documentation only: --config and --config.KEY=VALUE are taken out of argv
+# before absl parses it (see the module docstring), so absl never sets this.
+flags.DEFINE_string('config', None,
+                    'A recipe, configs/RECIPE.py (default: the work dir\'s '
+                    'config.json, else configs/quickstart.py). Set any key with '
+                    '--config.KEY=VALUE, e.g. --config.batch_size=256; '
+                    '--print_config lists every key and docs/configuration.md '
+                    'explains them.')
 
 
 @dataclasses.dataclass
@@ -63,8 +78,15 @@ def parse(argv: list[str]) -> list[str]:
     remaining = FLAGS(rest)
   except flags.Error as e:
     raise UsageError(str(e).splitlines()[0]) from None
+  except SystemExit as e:
+    # absl prints the help and exits 1; asking for help is no failure.
+    if e.code == 1 and any(a in _HELP_FLAGS for a in rest[1:]):
+      raise SystemExit(0) from None
+    raise
   if len(remaining) > 1:
     raise UsageError(f'unexpected arguments: {" ".join(remaining[1:])}')
+  if FLAGS.print_config or FLAGS.list or FLAGS.mode == 'prepare':
+    return remaining  # they write nothing there, and need no work dir
   if not FLAGS.workdir:
     raise UsageError('--workdir is required')
   workdir_lib.check(FLAGS.workdir)

@@ -16,7 +16,7 @@ _CLUSTER_ENV = {
 
 # glibc's malloc gives every large XLA buffer a fresh mapping whose 4 KiB
 # pages all fault on first write: on CPU that doubled the time of the
-# gradient all-reduce (README, Speed). These take large buffers from the heap
+# gradient all-reduce (docs/performance.md). These take large buffers from the heap
 # on huge pages and keep freed memory for reuse.
 MALLOC_TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4294967296:'
                    'glibc.malloc.trim_threshold=4294967296')

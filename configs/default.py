@@ -18,7 +18,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict()
   config.model.name = 'resnet18'  # registry name, see models/registry.py
   config.model.num_classes = 0  # 0: take the number of classes from the data
-  config.model.dtype = 'float32'  # compute dtype: float32 or bfloat16
+  config.model.dtype = 'auto'  # compute dtype: auto (bfloat16 on GPUs and TPUs, float32 on CPU), float32 or bfloat16; parameters stay float32
   config.model.width = 0  # base width (ResNet stem channels); 0: published width
   config.model.depth = 0  # ViT: encoder blocks; 0: the published depth (other models: 0 only)
   config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
@@ -33,6 +33,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.manual_dir = ''  # tfds: downloaded archives to prepare data.name into data.dir (imagenet2012: ILSVRC2012_img_{train,val}.tar)
   config.data.train_split = 'train'  # folder: sub-folder with training images; tfds: split, slices allowed (train[:99%])
   config.data.eval_split = 'val'  # folder: sub-folder with evaluation images; tfds: split (imagenet2012: validation)
+  config.data.val_fraction = 0.0  # folder without train/ and val/ (class folders directly in data.dir): fraction of each class held out for evaluation, chosen by seed; 0: off
   config.data.image_size = 32  # training and evaluation resolution in pixels
   config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip, inception_crop (random resized crop + flip)
   config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, where decoding is 3-5% faster; False: exact positions
@@ -78,7 +79,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.ps.num_shards = 1  # N_ps: server shards in host memory
   config.ps.num_workers = 0  # N_w: worker devices; 0: every device
   config.ps.mode = 'sync'  # sync (one aggregated update per step, = SPMD data parallelism), async (each gradient applied on arrival)
-  config.ps.max_staleness = -1  # async: steps a worker may run ahead of the slowest; -1: unset (async then uses 1)
+  config.ps.max_staleness = 1  # async: steps a worker may run ahead of the slowest (0: none; sync needs 1)
   config.ps.partitioner = 'greedy'  # greedy (balance bytes; large variables split along axis 0), round_robin (whole variables in turn)
   config.ps.bandwidth_gbps = 0.0  # per network interface and direction, Gbit/s; 0: unlimited
   config.ps.latency_ms = 0.0  # one-way latency of every message
@@ -86,11 +87,11 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- The planner (--mode=plan) and the study (--mode=study) -----------------
   config.plan = ml_collections.ConfigDict()
-  config.plan.batch_sizes = '2,4,8,16,32,64'  # per-worker mini-batches to sweep (up to what fits)
+  config.plan.per_worker_batch_sizes = '2,4,8,16,32,64'  # per-worker mini-batches to sweep (up to what fits)
   config.plan.repeats = 5  # timed runs per measurement (median)
   config.plan.num_workers = 0  # N_w of the cluster to plan for; 0: ps.num_workers, else every device
-  config.plan.bandwidth_gbps = 10.0  # link of the cluster to plan for, Gbit/s per interface and direction
-  config.plan.latency_ms = 0.05  # its one-way latency
+  config.plan.link_bandwidth_gbps = 10.0  # link of the cluster to plan for, Gbit/s per interface and direction
+  config.plan.link_latency_ms = 0.05  # its one-way latency, ms
   config.plan.compute_s = 0.0  # a stated T_C of the chosen mini-batch; 0: from the device peak, else the measured one
   config.plan.device_tflops = 0.0  # the cluster's device peak, TFLOP/s in the model's dtype; 0: the devices at hand
   config.plan.device_utilization = 0.4  # fraction of that peak a train step reaches (T_C = FLOPs / (peak * this))
@@ -99,8 +100,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.study.model_width = 16  # model.width of every study model (0: published)
   config.study.num_workers = '2,4'  # N_w grid
   config.study.num_shards = '1,2,4'  # N_ps grid
-  config.study.bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
-  config.study.batch_sizes = '64,256'  # global batch grid
+  config.study.link_bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
+  config.study.global_batch_sizes = '64,256'  # global batch grid (all workers together)
   config.study.steps = 8  # timed PS steps per cell (after 2 warm-up steps)
 
   # --- Cadences and outputs --------------------------------------------------
@@ -121,8 +122,13 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Evaluation ------------------------------------------------------------
   config.eval = ml_collections.ConfigDict()
-  config.eval.checkpoint_step = -1  # --mode=eval: step to restore; -1: latest
+  config.eval.checkpoint = 'latest'  # --mode=eval: which checkpoint: latest, best (from checkpoints_best/), or a step number
   config.eval.batch_size = 0  # global eval batch; 0: same as batch_size
+  # Evaluation data, when it differs from training's (same classes, e.g. tfds
+  # imagenet_v2 for an imagenet2012 run); read by --mode=eval and training's evals.
+  config.eval.dataset = ''  # tfds data set name; '': data.name
+  config.eval.split = ''  # split (tfds) or sub-folder (folder data); '': data.eval_split
+  config.eval.data_dir = ''  # data root (tfds data dir, or the image folder); '': data.dir
 
   # --- Runtime ---------------------------------------------------------------
   config.runtime = ml_collections.ConfigDict()
@@ -146,7 +152,7 @@ def get_config() -> ml_collections.ConfigDict:
   # seconds. '': compile every time.
   config.runtime.compilation_cache_dir = ''
   # CPU: XLA computes matrix products with XNNPACK (YNNPACK) kernels instead
-  # of its own; ResNet-18 steps measured 7-9% faster (README, Speed). Also
+  # of its own; ResNet-18 steps measured 7-9% faster (docs/performance.md). Also
   # what the patches form of a convolution runs on. An --xla_cpu_use_xnnpack
   # in XLA_FLAGS wins. No effect on GPUs and TPUs.
   config.runtime.cpu_xnnpack = True

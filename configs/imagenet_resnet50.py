@@ -13,7 +13,7 @@ is off, as in the reference; 0.1 is the usual option
 with imagenet2012 prepared there by tfds, or add
 --config.data.manual_dir=/data/imagenet-tars (ILSVRC2012_img_train.tar and
 ILSVRC2012_img_val.tar) to prepare it there on first use (once, hours).
-On accelerators add --config.model.dtype=bfloat16.
+It computes in bfloat16 on GPUs and TPUs, in float32 on CPU (model.dtype=auto).
 """
 
 from configs import default
@@ -22,6 +22,7 @@ from configs import default
 def get_config():
   config = default.get_config()
   config.model.name = 'resnet50'
+  config.model.dtype = 'auto'  # bfloat16 on GPUs and TPUs, float32 on CPU
   config.data.source = 'tfds'
   config.data.name = 'imagenet2012'
   config.data.train_split = 'train'

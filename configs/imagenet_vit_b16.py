@@ -2,8 +2,9 @@
 
 AdamW, 300 epochs, batch 1024, warm-up 5 epochs then cosine, weight decay
 0.05, label smoothing 0.1, mixup 0.8, gradient clipping at 1.0, bfloat16
-compute with float32 parameters. Data parallel by default; the rules already
-admit FSDP and tensor parallelism (--config.mesh.fsdp=..., mesh.tensor=...).
+compute on GPUs and TPUs (model.dtype=auto) with float32 parameters. Data
+parallel by default; the rules already admit FSDP and tensor parallelism
+(--config.mesh.fsdp=..., mesh.tensor=...).
 DeiT-B reports 81.8% top-1 with RandAugment, CutMix and random erasing added,
 which this recipe does not have: expect less. Not measured here.
 """
@@ -14,7 +15,7 @@ from configs import default
 def get_config():
   config = default.get_config()
   config.model.name = 'vit_b16'
-  config.model.dtype = 'bfloat16'
+  config.model.dtype = 'auto'  # bfloat16 on GPUs and TPUs, float32 on CPU
   config.data.source = 'tfds'
   config.data.name = 'imagenet2012'
   config.data.eval_split = 'validation'  # all 50,000 images, pad + mask

@@ -36,7 +36,8 @@ The map, by job:
 from input_pipeline.create import create_dataset
 from input_pipeline.dataset import Batch, Dataset
 from input_pipeline.errors import DataError
+from input_pipeline.paired import PairedDataset
 from input_pipeline.validate import check_data_config
 
-__all__ = ['Batch', 'DataError', 'Dataset', 'check_data_config',
+__all__ = ['Batch', 'DataError', 'Dataset', 'PairedDataset', 'check_data_config',
            'create_dataset']

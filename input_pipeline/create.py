@@ -19,7 +19,8 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
     data_config: the `config.data` block.
     batch_size: global training batch (all processes).
     eval_batch_size: global evaluation batch (all processes).
-    seed: the run's seed; training order and augmentation derive from it.
+    seed: the run's seed; training order and augmentation derive from it,
+      and the held-out images of data.val_fraction.
     process_index: this process, in [0, process_count).
     process_count: processes that share each global batch.
     class_map_path: JSON class -> label map. Folder and shapes: used if it
@@ -45,13 +46,16 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
     return _create_tfds(data_config, class_map_path, **common)
 
   if data_config.source == 'shapes':
-    root = shapes.ensure(data_config.dir or None)
-    train_split, eval_split = shapes.SPLITS
+    class_names, train, evaluation = folder.read_folder(
+        shapes.ensure(data_config.dir or None), *shapes.SPLITS, class_map_path)
+  elif data_config.val_fraction:
+    class_names, train, evaluation = folder.split_folder(
+        os.path.expanduser(data_config.dir), data_config.val_fraction, seed,
+        class_map_path)
   else:
-    root = os.path.expanduser(data_config.dir)
-    train_split, eval_split = data_config.train_split, data_config.eval_split
-  class_names, train, evaluation = folder.read_folder(
-      root, train_split, eval_split, class_map_path)
+    class_names, train, evaluation = folder.read_folder(
+        os.path.expanduser(data_config.dir), data_config.train_split,
+        data_config.eval_split, class_map_path)
   # Imported here: TensorFlow takes seconds to import, and only file-backed
   # sources need it.
   # pylint: disable-next=g-import-not-at-top

@@ -2,14 +2,18 @@
 
 Layout: `<dir>/<split>/<class>/*.{jpg,jpeg,png}` (extensions in any case,
 nested folders inside a class allowed). The classes are the sorted sub-folder
-names of the training split. This module only lists files and fixes the
-class -> label map; decoding happens in `preprocess.py`.
+names of the training split. With data.val_fraction the layout is
+`<dir>/<class>/*` instead, and part of each class is held out for evaluation
+(`split_folder`). This module only lists files and fixes the class -> label
+map; decoding happens in `preprocess.py`.
 """
 
 import dataclasses
+import itertools
 import json
 import os
 import tempfile
+import zlib
 
 import numpy as np
 
@@ -43,16 +47,18 @@ def list_classes(split_dir: str) -> list[str]:
       e.name for e in os.scandir(split_dir) if e.is_dir())
 
 
-def _list_images(class_dir: str) -> list[str]:
-  # Sorted walk: the file order, hence the label of every example index, must
-  # be the same on every process and every run.
-  found = []
+def _walk_images(class_dir: str):
+  """The images under `class_dir`, lazily, in a fixed order."""
   for root, dirs, files in os.walk(class_dir):
     dirs[:] = _visible_sorted(dirs)
-    found.extend(
-        os.path.join(root, f) for f in _visible_sorted(files)
-        if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS)
-  return sorted(found)
+    yield from (os.path.join(root, f) for f in _visible_sorted(files)
+                if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS)
+
+
+def _list_images(class_dir: str) -> list[str]:
+  # Sorted: the file order, hence the label of every example index, must be
+  # the same on every process and every run.
+  return sorted(_walk_images(class_dir))
 
 
 def list_images(split_dir: str, class_map: dict[str, int]) -> ImageFiles:
@@ -165,3 +171,69 @@ def read_folder(root: str, train_split: str, eval_split: str,
                     f'{", ".join(empty)}')
   evaluation = list_images(os.path.join(root, eval_split), class_map)
   return names, train, evaluation
+
+
+# --- data.val_fraction: one folder of classes, split here --------------------
+
+# Keeps the split's random stream apart from the others derived from the seed.
+_SPLIT_STREAM = 0x5b11
+
+
+def held_out_indices(num_files: int, val_fraction: float, seed: int,
+                     class_name: str) -> np.ndarray:
+  """Which of a class's sorted files are held out for evaluation (sorted).
+
+  round(val_fraction * num_files) of them, but at least one and at most
+  num_files - 1, so that the class is in both splits. The choice is a
+  permutation from (seed, class name): the same on every process, and a
+  class keeps its split when other classes are added or removed.
+  """
+  count = min(num_files - 1, max(1, round(val_fraction * num_files)))
+  rng = np.random.default_rng(
+      [_SPLIT_STREAM, seed, zlib.crc32(class_name.encode())])
+  return np.sort(rng.permutation(num_files)[:count])
+
+
+def classes_too_small_to_split(root: str) -> list[str]:
+  """The class folders under `root` with fewer than 2 images.
+
+  Stops reading a class at its second image, so that it is cheap enough to
+  run before any work even on a large folder.
+  """
+  return [name for name in list_classes(root)
+          if len(list(itertools.islice(
+              _walk_images(os.path.join(root, name)), 2))) < 2]
+
+
+def split_folder(root: str, val_fraction: float, seed: int,
+                 class_map_path: str | None
+                ) -> tuple[list[str], ImageFiles, ImageFiles]:
+  """Class names, training and held-out evaluation images of `root`/<class>/.
+
+  Raises:
+    DataError: no class folders, a class with fewer than 2 images (it cannot
+      be in both splits), or classes that differ from the saved map.
+  """
+  classes = list_classes(root)
+  files = {name: _list_images(os.path.join(root, name)) for name in classes}
+  too_few = [name for name in classes if len(files[name]) < 2]
+  if too_few:
+    raise DataError(too_few_message(root, val_fraction, too_few))
+  class_map = class_map_for(root, class_map_path)
+  split = {'train': ([], []), 'eval': ([], [])}
+  for name in classes:
+    held = set(held_out_indices(len(files[name]), val_fraction, seed,
+                                name).tolist())
+    for i, path in enumerate(files[name]):
+      paths, labels = split['eval' if i in held else 'train']
+      paths.append(path)
+      labels.append(class_map[name])
+  train, evaluation = (ImageFiles(paths, np.asarray(labels, np.int32))
+                       for paths, labels in split.values())
+  return class_names(class_map), train, evaluation
+
+
+def too_few_message(root: str, val_fraction: float, classes: list[str]) -> str:
+  return (f'data.val_fraction={val_fraction} needs at least 2 images in every '
+          f'class folder of {root} (one to train on, one to hold out); too '
+          f'few in: {", ".join(classes)}')

@@ -162,7 +162,8 @@ def _write_split(root: str, split: str, per_class: int, size: int,
           os.path.join(folder, f'{i:05d}.png'), compress_level=1)
 
 
-def _is_complete(path: str) -> bool:
+def is_complete(path: str) -> bool:
+  """True if `path` holds a whole generated data set."""
   # Only a rename puts a folder here, so any non-empty folder is a whole data
   # set (an empty one may be a data.dir the user made for us to fill).
   return os.path.isdir(path) and bool(os.listdir(path))
@@ -177,7 +178,7 @@ def ensure(path: str | None = None, *, image_size: int = IMAGE_SIZE,
     The data root, with `train/<class>/*.png` and `val/<class>/*.png`.
   """
   path = os.path.abspath(os.path.expanduser(path or default_dir()))
-  if _is_complete(path):
+  if is_complete(path):
     return path
   parent = os.path.dirname(path)
   os.makedirs(parent, exist_ok=True)
@@ -190,7 +191,7 @@ def ensure(path: str | None = None, *, image_size: int = IMAGE_SIZE,
     os.rename(tmp, path)
   except OSError:
     # Another process renamed its copy into place first: use that one.
-    if not _is_complete(path):
+    if not is_complete(path):
       raise
   finally:
     if os.path.exists(tmp):

@@ -7,6 +7,7 @@ minutes of imports and device start-up.
 
 import os
 
+from input_pipeline import folder
 from input_pipeline import shapes
 from input_pipeline import tfds_check
 from input_pipeline.errors import DataError
@@ -27,13 +28,51 @@ def _check_splits(root: str, splits: tuple[str, str]) -> None:
                       f'{split_dir}/<class>/*.jpg')
 
 
+def _check_folder(data_config) -> None:
+  train, val = data_config.train_split, data_config.eval_split
+  fraction = data_config.val_fraction
+  layout = ('<dir>/<class>/*.jpg' if fraction else
+            f'<dir>/{train}/<class>/*.jpg and <dir>/{val}/<class>/*.jpg')
+  if not data_config.dir:
+    raise DataError(f"data.source='folder' needs data.dir: a directory with "
+                    f'{layout}')
+  root = os.path.expanduser(data_config.dir)
+  if not os.path.isdir(root):
+    raise DataError(f'data.dir {root} does not exist: make it with '
+                    f'{layout.replace("<dir>", root)}')
+  present = [s for s in (train, val) if os.path.isdir(os.path.join(root, s))]
+  if fraction:
+    # A class could be called "train"; far likelier, the user forgot to
+    # set the fraction back to 0. Either way, guessing would be wrong.
+    if present:
+      raise DataError(
+          f'data.val_fraction={fraction} splits the class folders directly '
+          f'in {root}, but it has {" and ".join(s + "/" for s in present)}: '
+          'set data.val_fraction=0 to use its splits, or point data.dir at '
+          'a folder of class folders')
+    if not folder.list_classes(root):
+      raise DataError(f'no class folders in {root}: expected '
+                      f'{root}/<class>/*.jpg or *.png')
+    too_few = folder.classes_too_small_to_split(root)
+    if too_few:
+      raise DataError(folder.too_few_message(root, fraction, too_few))
+    return
+  if train not in present:
+    raise DataError(
+        f'no {train}/ folder in {root}: add {root}/{train}/<class>/*.jpg and '
+        f'{root}/{val}/<class>/*.jpg, or set data.val_fraction (e.g. 0.1) to '
+        f'hold out part of each class folder in {root} for evaluation')
+  _check_splits(root, (train, val))
+
+
 def check_data_config(data_config) -> None:
   """Raises DataError, with a one-line message, if `config.data` cannot work.
 
-  Checks values and the presence of folders; listing and decoding images is
-  left to `create_dataset`. For `shapes` an absent cache is fine: it is
-  generated on first use; for `tfds` an unprepared data set is fine if
-  data.manual_dir holds what it is prepared from.
+  Checks values and the presence of folders (with data.val_fraction, also
+  that each class folder has 2 images, reading no further); listing and
+  decoding images is left to `create_dataset`. For `shapes` an absent cache
+  is fine: it is generated on first use; for `tfds` an unprepared data set is
+  fine if data.manual_dir holds what it is prepared from.
   """
   source = data_config.source
   if source not in SOURCES:
@@ -48,6 +87,13 @@ def check_data_config(data_config) -> None:
   if data_config.prefetch_batches < 0:
     raise DataError('data.prefetch_batches must be >= 0, got '
                     f'{data_config.prefetch_batches}')
+  if not 0.0 <= data_config.val_fraction < 1.0:
+    raise DataError('data.val_fraction must be in [0, 1) (0: off), got '
+                    f'{data_config.val_fraction}')
+  if data_config.val_fraction and source != 'folder':
+    raise DataError(f'data.val_fraction={data_config.val_fraction} splits an '
+                    f"image folder (data.source='folder'); {source} data has "
+                    'its own evaluation split: set it to 0')
 
   if source == 'synthetic':
     if data_config.num_synthetic_examples <= 0:
@@ -57,19 +103,7 @@ def check_data_config(data_config) -> None:
       raise DataError('data.num_synthetic_classes must be positive, got '
                       f'{data_config.num_synthetic_classes}')
   elif source == 'folder':
-    root = data_config.dir
-    if not root:
-      raise DataError(
-          "data.source='folder' needs data.dir: a directory with "
-          f'<dir>/{data_config.train_split}/<class>/*.jpg and '
-          f'<dir>/{data_config.eval_split}/<class>/*.jpg')
-    root = os.path.expanduser(root)
-    if not os.path.isdir(root):
-      raise DataError(
-          f'data.dir {root} does not exist: make it with '
-          f'{root}/{data_config.train_split}/<class>/*.jpg and '
-          f'{root}/{data_config.eval_split}/<class>/*.jpg')
-    _check_splits(root, (data_config.train_split, data_config.eval_split))
+    _check_folder(data_config)
   elif source == 'tfds':
     tfds_check.check(data_config)
   elif source == 'shapes':

@@ -21,6 +21,7 @@ def test_bench_reports_and_appends(tmp_path, monkeypatch):
     result = run_main(f'--workdir={workdir}', '--mode=bench', *_TINY,
                       f'--config.runtime.cpu_xnnpack={xnnpack}', env=env)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert 'bench: warmed up; timing' in result.stderr  # progress between compile and result
     records.append(json.loads(result.stdout.strip().splitlines()[-1]))
   record = records[0]
   assert record['model'] == 'resnet18' and record['depth'] == 0 and record['batch_size'] == 16

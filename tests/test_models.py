@@ -11,6 +11,7 @@ import pytest
 from models import MODEL_NAMES
 from models import create_model
 from models import has_batch_norm
+from models import registry
 
 # Tiny members of each family: the same code paths (stem, projection
 # shortcuts, strides, attention, class token) at a fraction of the compile
@@ -248,6 +249,15 @@ def test_bfloat16_compute_keeps_float32_params_and_float32_logits(name):
   assert logits.dtype == jnp.float32
   reference = _apply(_tiny(name), variables, _images(), train=True)
   np.testing.assert_allclose(logits, reference, rtol=0.1, atol=0.1)
+
+
+def test_auto_dtype_is_float32_on_cpu_and_explicit_dtypes_are_kept():
+  assert jax.default_backend() == 'cpu'
+  assert registry.compute_dtype('auto') == 'float32'
+  assert registry.compute_dtype('bfloat16') == 'bfloat16'
+  assert registry.compute_dtype('float32') == 'float32'
+  assert _tiny('resnet50', dtype='auto').dtype == jnp.float32
+  assert _tiny('vit_ti16', dtype='bfloat16').dtype == jnp.bfloat16
 
 
 @pytest.mark.parametrize('name, num_blocks', [('resnet50', 4), ('vit_ti16', 2)])

@@ -24,6 +24,7 @@ from trainer import device_input
 from trainer import engines
 from trainer import experiment
 from trainer import mfu
+from trainer import progress
 from trainer import state as state_lib
 
 RESULTS_FILE_NAME = 'bench.jsonl'
@@ -58,17 +59,25 @@ def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
       exp.dataset.train_batches(0), engine.batch_sharding,
       size=config.data.prefetch_batches)
   try:
+    logging.info('bench: step compiled in %.1f s, its FLOPs and the matmul peak '
+                 'measured; %d warm-up steps, then %d timed', compile_s,
+                 config.bench.warmup_steps, config.bench.steps)
     for _ in range(config.bench.warmup_steps):
       engine.step(next(batches))
       engine.collect_metrics()
     batches.pop_wait_s()
+    logging.info('bench: warmed up; timing %d steps', config.bench.steps)
     times = []
-    for _ in range(config.bench.steps):
+    now_and_then = progress.Every(10.0)  # a slow step still shows it is alive
+    for i in range(config.bench.steps):
       step_start = time.perf_counter()
       engine.step(next(batches))
       batches.fill()  # the next batch's host work overlaps the step, as in training
       engine.collect_metrics()  # waits for the step: one time per step
       times.append(time.perf_counter() - step_start)
+      if now_and_then.due() and i + 1 < config.bench.steps:
+        logging.info('bench: %d/%d steps timed, median %.4f s so far', i + 1,
+                     config.bench.steps, np.median(times))
     input_wait_s = batches.pop_wait_s()
   finally:
     engine.close()
@@ -84,7 +93,7 @@ def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
       'depth': config.model.depth,
       'image_size': config.data.image_size,
       'batch_size': config.batch_size,
-      'dtype': config.model.dtype,
+      'dtype': np.dtype(exp.model.dtype).name,  # model.dtype=auto resolved
       'conv_form': exp.model.conv_form,
       'engine': config.engine,
       'mesh': dict(exp.mesh.shape),

@@ -36,6 +36,5 @@ def eval_data_config(config) -> ml_collections.ConfigDict | None:
   # Its training side is never read; naming the evaluation split there too
   # means no training split has to exist (imagenet_v2 has only `test`).
   data.train_split = data.eval_split
-  if 'val_fraction' in data:
-    data.val_fraction = 0.0
+  data.val_fraction = 0.0  # the evaluation folder is read whole
   return data

@@ -17,9 +17,12 @@ from trainer import checkpointing
 from trainer import device_input
 from trainer import experiment
 from trainer import metrics_log
+from trainer import progress
 from trainer import step_functions
 from trainer import unreadable
 from trainer import validation
+
+_PROGRESS_EVERY_S = 30.0
 
 
 def compile_eval_step(exp: experiment.Experiment):
@@ -40,12 +43,16 @@ def run_evaluation(exp: experiment.Experiment, eval_fn, state) -> dict:
       exp.dataset.eval_batches(), exp.batch_sharding,
       size=exp.config.data.prefetch_batches)
   totals = None
-  progress = _EvalProgress(exp.dataset.num_eval_batches)
+  # ImageNet's 50,000 images take minutes: a line now and then says how far.
+  started, every = time.monotonic(), progress.Every(_PROGRESS_EVERY_S)
+  total = exp.dataset.num_eval_batches
   with exp.tracing_context():
-    for i, batch in enumerate(batches):
+    for done, batch in enumerate(batches, start=1):
       sums = eval_fn(state, batch)
       totals = sums if totals is None else _add_sums(totals, sums)
-      progress.after_batch(i + 1)
+      if done < total and every.due():
+        logging.info('evaluating: batch %d/%d, %s', done, total,
+                     progress.eta_text(done, total, time.monotonic() - started))
   totals = jax.device_get(totals)
   count = int(totals['count'])
   # Unreadable images are masked out of the metrics and counted apart, so
@@ -61,25 +68,6 @@ def run_evaluation(exp: experiment.Experiment, eval_fn, state) -> dict:
       'num_examples': count,
       'num_unreadable': unreadable,
   }
-
-
-class _EvalProgress:
-  """A progress line every PERIOD_S seconds of a long evaluation pass
-  (ImageNet's 50,000 images take minutes); a short pass says nothing."""
-  PERIOD_S = 30.0
-
-  def __init__(self, num_batches: int):
-    self._num_batches = num_batches
-    self._start = self._last = time.monotonic()
-
-  def after_batch(self, done: int) -> None:
-    now = time.monotonic()
-    if now - self._last < self.PERIOD_S or done >= self._num_batches:
-      return
-    self._last = now
-    elapsed = now - self._start
-    logging.info('evaluating: batch %d/%d, %.0f s so far, about %.0f s left', done,
-                 self._num_batches, elapsed, elapsed / done * (self._num_batches - done))
 
 
 @jax.jit

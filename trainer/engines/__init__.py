@@ -11,7 +11,7 @@ workers' gradients are combined:
            reduce-scatter for FSDP, ...).
   ps/      a parameter-server emulation: worker devices push gradients to
            server shards in host memory over paced links and pull parameters
-           back (ps/README in ARCHITECTURE.md).
+           back (ARCHITECTURE.md, the parameter-server emulation).
 """
 
 from typing import Protocol

@@ -12,10 +12,12 @@ import math
 import os
 import time
 
+from absl import logging
 import jax
 import numpy as np
 
 from trainer import memory
+from trainer import progress
 from trainer import state as state_lib
 from trainer.engines.ps import partition
 from trainer.engines.ps import shard as shard_lib
@@ -106,15 +108,26 @@ def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
   """T_C(b) for each per-worker batch b that fits, in increasing order."""
   vector = None  # the initial variables, made once for every batch size
   points = []
-  for b in sorted(per_worker_batches):
+  batches = sorted(per_worker_batches)
+  logging.info('Plan sweep: %d per-worker batch sizes on %d workers, each '
+               'compiled, then timed %d times', len(batches), num_workers, repeats)
+  for i, b in enumerate(batches):
+    started = time.perf_counter()
     timer = ComputeTimer(exp, num_workers, b, vector)
     vector = timer.vector
     peak = memory.report(timer.program, exp.abstract_state).peak
     if capacity_bytes is not None and peak > capacity_bytes:
+      logging.info('Plan sweep: per-worker batch %d needs %.2f GiB per device, '
+                   'more than the %.2f GiB there: the sweep stops', b,
+                   peak / 2**30, capacity_bytes / 2**30)
       break  # larger batches need more memory still
     t = timer.median_s(repeats)
     points.append(ComputePoint(b, t, num_workers * b / t, peak,
                                worker_flops(timer.program)))
+    logging.info('Plan sweep: %s: per-worker batch %d, T_C %.4f s, %.1f images/s',
+                 progress.done_line('batch size', i + 1, len(batches),
+                                    time.perf_counter() - started),
+                 b, t, num_workers * b / t)
   return points
 
 

@@ -36,7 +36,7 @@ def _powers_of_two_to(limit: int) -> list[int]:
 
 def run_plan(config, workdir: str) -> dict:
   plan = config.plan  # values checked by trainer/validation.py
-  batches = parse_list('plan.batch_sizes', plan.batch_sizes)
+  batches = parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)
   local_workers = validation.num_ps_workers(config, jax.device_count())
   if local_workers > jax.device_count():
     raise UsageError(f'ps.num_workers={local_workers}: the sweep runs that many '
@@ -52,12 +52,13 @@ def run_plan(config, workdir: str) -> dict:
   points = measure.compute_sweep(exp, local_workers, batches, plan.repeats,
                                  measure.capacity(exp))
   if not points:
-    raise UsageError(f'plan.batch_sizes={plan.batch_sizes!r}: not even the '
+    raise UsageError(f'plan.per_worker_batch_sizes={plan.per_worker_batch_sizes!r}: not even the '
                      f'smallest mini-batch fits the device memory')
   throughput = {p.per_worker_batch: p.images_per_sec for p in points}
   batch = formulas.choose_batch_size(throughput)
   chosen = next(p for p in points if p.per_worker_batch == batch)
   size = measure.model_bytes(exp)
+  logging.info('Plan: measuring the host copies and the shards\' update time')
   host_copies = measure.host_copies_s(exp, plan.repeats)
   if plan.compute_s:
     compute, compute_source = plan.compute_s, 'stated'
@@ -74,8 +75,8 @@ def run_plan(config, workdir: str) -> dict:
   update = measure.update_s(exp, min(local_workers, cluster_workers), 1, plan.repeats)
 
   # --- Recommend and predict, for the cluster.
-  bandwidth = measure.gbps_to_bytes_per_s(plan.bandwidth_gbps)
-  latency = plan.latency_ms / 1e3
+  bandwidth = measure.gbps_to_bytes_per_s(plan.link_bandwidth_gbps)
+  latency = plan.link_latency_ms / 1e3
   shards = formulas.min_ps_shards(size, bandwidth, cluster_workers, compute)
   configured_shards = config.ps.num_shards
   max_workers = formulas.max_scaling_workers(size, bandwidth, configured_shards, compute)
@@ -109,8 +110,8 @@ def run_plan(config, workdir: str) -> dict:
       'compute_sweep': [vars(p) for p in points],
       'host_copies': host_copies,
       'update_s': update,
-      'cluster': {'num_workers': cluster_workers, 'bandwidth_gbps': plan.bandwidth_gbps,
-                  'latency_ms': plan.latency_ms,
+      'cluster': {'num_workers': cluster_workers, 'bandwidth_gbps': plan.link_bandwidth_gbps,
+                  'latency_ms': plan.link_latency_ms,
                   'compute_s': compute, 'compute_s_source': compute_source},
       'recommended': {
           'per_worker_batch': batch,

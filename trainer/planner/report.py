@@ -123,8 +123,8 @@ def _plots(rows, workdir: str) -> list[str]:
       x, measured, predicted = zip(*cells)
       line, = ax.plot(x, predicted, label=f'{bw:g} Gbit/s predicted')
       ax.plot(x, measured, 'o', color=line.get_color(), label=f'{bw:g} Gbit/s measured')
-    ax.set(title=f'{model}: {n_max} workers, batch {b_max}', xlabel='PS shards',
-           ylabel='step time (s)')
+    ax.set(title=f'{model}: {n_max} workers, batch {b_max}', xlabel='PS shards N_ps',
+           ylabel='step time (s)', xticks=sorted({r['cell']['num_shards'] for r in rows}))
     ax.legend(fontsize=7)
   files.append(_save(fig, workdir, 'study_step_time_vs_shards.png'))
 
@@ -136,9 +136,10 @@ def _plots(rows, workdir: str) -> list[str]:
                      and r['cell']['bandwidth_gbps'] == bandwidths[0]
                      and r['cell']['batch_size'] == b_max)
       if cells:
-        ax.plot(*zip(*cells), marker='o', label=f'{n_ps} shards')
+        ax.plot(*zip(*cells), marker='o', label=f'N_ps = {n_ps}')
     ax.set(title=f'{model}: {bandwidths[0]:g} Gbit/s, batch {b_max}',
-           xlabel='workers', ylabel='images/s (measured)')
+           xlabel='workers N_w', ylabel='images/s (measured)',
+           xticks=sorted({r['cell']['num_workers'] for r in rows}))
     ax.legend(fontsize=7)
   files.append(_save(fig, workdir, 'study_throughput_vs_workers.png'))
 

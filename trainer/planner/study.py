@@ -25,6 +25,7 @@ from trainer.validation import parse_list
 from trainer import device_input
 from trainer import engines
 from trainer import experiment
+from trainer import progress
 from trainer import state as state_lib
 from trainer.planner import formulas
 from trainer.planner import measure
@@ -38,11 +39,11 @@ def grid(config) -> list[dict]:
   """Every cell of the study, in the order they run."""
   study = config.study  # values checked by trainer/validation.py
   models = [m.strip() for m in study.models.split(',') if m.strip()]
-  bandwidths = parse_list('study.bandwidths_gbps', study.bandwidths_gbps, float)
+  bandwidths = parse_list('study.link_bandwidths_gbps', study.link_bandwidths_gbps, float)
   cells = []
   for model in models:
     for workers in parse_list('study.num_workers', study.num_workers):
-      for batch in parse_list('study.batch_sizes', study.batch_sizes):
+      for batch in parse_list('study.global_batch_sizes', study.global_batch_sizes):
         for bandwidth in bandwidths:
           for shards in parse_list('study.num_shards', study.num_shards):
             cells.append({'model': model, 'num_workers': workers, 'batch_size': batch,
@@ -80,7 +81,7 @@ def cell_config(config, cell: dict):
   c.num_train_steps = 1000
   c.engine = 'ps'
   c.ps.mode = 'sync'
-  c.ps.max_staleness = -1
+  c.ps.max_staleness = 1  # the sync engine's only accepted value
   c.ps.overlap = False
   c.ps.num_workers = cell['num_workers']
   c.ps.num_shards = cell['num_shards']
@@ -192,8 +193,10 @@ def run_study(config, workdir: str) -> dict:
                len(cells) - len(todo), len(todo))
   predictor = Predictor(config)
   measure.reuse_compilations(tempfile.mkdtemp(prefix='study_xla_cache_'))
+  started = time.perf_counter()
   with open(os.path.join(workdir, RESULTS_FILE), 'a') as out:
     for i, cell in enumerate(todo):
+      cell_started = time.perf_counter()
       exp = experiment.build_experiment(cell_config(config, cell), workdir)
       before = predictor.compute_s(exp, cell)
       measured, split = measure_step_s(exp, config.study.steps)
@@ -205,8 +208,13 @@ def run_study(config, workdir: str) -> dict:
       out.write(json.dumps(row) + '\n')
       out.flush()
       done[cell_key(cell)] = row
-      logging.info('Study cell %d/%d %s: measured %.3fs, predicted %.3fs (%+.1f%%)',
-                   len(cells) - len(todo) + i + 1, len(cells), cell, measured,
-                   prediction['predicted_step_s'], 100 * row['error'])
+      now = time.perf_counter()
+      # The ETA counts only the cells of this run: a resumed study's earlier
+      # cells took no time here.
+      logging.info('Study %s: %s: measured %.3fs, predicted %.3fs (%+.1f%%)',
+                   progress.done_line('cell', len(cells) - len(todo) + i + 1,
+                                      len(cells), now - cell_started,
+                                      progress.eta_text(i + 1, len(todo), now - started)),
+                   cell, measured, prediction['predicted_step_s'], 100 * row['error'])
   rows = [done[cell_key(c)] for c in cells]
   return report.write_study(rows, workdir)

@@ -1,0 +1,117 @@
+"""Every committed plot under benchmarks/, drawn again from the committed data.
+
+  .venv/bin/python benchmarks/make_plots.py                # rewrites the PNGs in place
+  .venv/bin/python benchmarks/make_plots.py --out_dir=DIR  # the same tree under DIR
+
+Each figure draws one run, the last of its results file, and states under
+its axes that run's command, date, commit and hardware
+(benchmarks/committed_results.py). The study's figures are the study's own
+(trainer/planner/report.py) with that caption added.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import textwrap
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import committed_results
+from trainer.planner import report
+
+BENCHMARKS = os.path.join(committed_results.REPO, 'benchmarks')
+# results file -> the PNGs drawn from it, relative to benchmarks/
+FIGURES = {
+    'benchmarks/engine_contrast/results_run3_quickstart.jsonl':
+        ['engine_contrast/images_per_sec.png'],
+    'benchmarks/study/study.jsonl':
+        ['study/study_step_time_vs_shards.png', 'study/study_throughput_vs_workers.png',
+         'study/study_predicted_vs_measured.png'],
+}
+_DPI = 100
+_CAPTION_POINTS = 7
+
+
+def _plt():
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def add_caption(png: str, caption: str, out: str) -> None:
+  """`png` with `caption` in a strip below it, pixel for pixel, written to `out`."""
+  plt = _plt()
+  image = plt.imread(png)
+  height, width = image.shape[:2]
+  line_px = _CAPTION_POINTS * _DPI / 72
+  chars = int(width / (0.62 * line_px)) - 2  # a monospace character is ~0.6 em wide
+  lines = [wrapped for line in caption.splitlines()
+           for wrapped in textwrap.wrap(line, chars, break_on_hyphens=False)]
+  strip = int((len(lines) + 1) * 1.3 * line_px)
+  fig = plt.figure(figsize=(width / _DPI, (height + strip) / _DPI), dpi=_DPI)
+  fig.figimage(image, 0, strip)
+  fig.text(0.5 * line_px / width, 1 - (height + 0.5 * line_px) / (height + strip),
+           '\n'.join(lines), fontsize=_CAPTION_POINTS, family='monospace', va='top')
+  fig.savefig(out, dpi=_DPI, metadata={'Software': None})
+  plt.close(fig)
+
+
+def draw_engine_contrast(records: list[dict], path: str) -> None:
+  """images/s against workers: SPMD and the PS engine at each N_ps, one panel
+  per model and PS link."""
+  plt = _plt()
+  ps = [r for r in records if r['engine'] == 'ps']
+  panels = sorted({(r['model'], r['bandwidth_gbps']) for r in ps})
+  workers = sorted({r['num_workers'] for r in records})
+  fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+  for ax, (model, bandwidth) in zip(axes[0], panels):
+    for n_ps in sorted({r['num_shards'] for r in ps}):
+      cells = sorted((r['num_workers'], r['images_per_sec']) for r in ps
+                     if (r['model'], r['bandwidth_gbps'], r['num_shards']) ==
+                     (model, bandwidth, n_ps))
+      ax.plot(*zip(*cells), marker='o', label=f'PS, N_ps = {n_ps}')
+    spmd = sorted((r['num_workers'], r['images_per_sec']) for r in records
+                  if r['model'] == model and r['engine'] == 'spmd')
+    ax.plot(*zip(*spmd), marker='s', color='black', label='SPMD, all-reduce')
+    batch = next(r['batch_size'] for r in records if r['model'] == model)
+    link = 'unlimited' if bandwidth == 0 else f'{bandwidth:g} Gbit/s'
+    ax.set(title=f'{model}, global batch {batch}; PS links {link}',
+           xlabel='workers N_w (emulated devices)', ylabel='images/s', xticks=workers)
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=_DPI, metadata={'Software': None})
+  plt.close(fig)
+
+
+def draw(out_dir: str = BENCHMARKS) -> list[str]:
+  """Every figure of FIGURES under `out_dir`; returns their paths."""
+  index = committed_results.load_index()
+  written = []
+  with tempfile.TemporaryDirectory() as scratch:
+    for results_file, pngs in FIGURES.items():
+      run = committed_results.load(results_file, index)[1][-1]
+      if results_file.endswith('study.jsonl'):
+        report.write_study(run.records, scratch)  # its plots, under their own names
+      else:
+        draw_engine_contrast(run.records, os.path.join(scratch, os.path.basename(pngs[0])))
+      for png in pngs:
+        out = os.path.join(out_dir, png)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        add_caption(os.path.join(scratch, os.path.basename(png)), run.caption(), out)
+        written.append(out)
+  return written
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--out_dir', default=BENCHMARKS,
+                      help='where the PNGs go, in the layout of benchmarks/ (default: '
+                           'benchmarks/ itself)')
+  for path in draw(parser.parse_args().out_dir):
+    print(path)
+
+
+if __name__ == '__main__':
+  main()

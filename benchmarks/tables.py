@@ -1,0 +1,214 @@
+"""The short table of each kind of results, from one run's records.
+
+A kind is the script that wrote the records (speed_ab, step_parts, ...) or
+what benchmarks/results_index.json names. Each function returns a list of
+tables, each (header, rows) of strings: summaries where the script writes
+them, the records themselves where they are few.
+"""
+
+import statistics
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def _f(value, spec: str = '') -> str:
+  """A number as `spec` formats it (by default 3 significant digits, no
+  exponent), '-' where the record has none."""
+  if value is None:
+    return '-'
+  if isinstance(value, str):
+    return value
+  if isinstance(value, bool):
+    return 'yes' if value else 'no'
+  if spec:
+    return format(value, spec)
+  magnitude = abs(value)
+  if magnitude >= 100:
+    return f'{value:,.0f}'
+  return format(value, '.1f' if magnitude >= 10 else '.2f' if magnitude >= 1 else '.3g')
+
+
+def _percent(value) -> str:
+  return '-' if value is None else f'{100 * value:.1f}%'
+
+
+def _mesh(mesh) -> str:
+  if not isinstance(mesh, dict):
+    return _f(mesh)
+  axes = [f'{axis}={size}' for axis, size in mesh.items() if size != 1]
+  return ' x '.join(axes) or 'one device'
+
+
+def _summaries(records) -> list[dict]:
+  return [r for r in records if r.get('summary') == 'median']
+
+
+def speed_ab(records) -> list[Table]:
+  header = ['variant', 'rounds', 'images/s', 'step s (median)', 'MFU',
+            'peak TFLOP/s', 'compile s']
+  rows = [[r['variant'], _f(r['rounds'], 'd'), _f(r.get('images_per_sec')),
+           _f(r.get('step_time_median_s')), _percent(r.get('mfu')),
+           _f(r.get('peak_tflops')), _f(r.get('compile_s'), '.1f')]
+          for r in _summaries(records)]
+  return [(header, rows)]
+
+
+def bench(records) -> list[Table]:
+  header = ['model', 'image size', 'batch', 'dtype', 'mesh', 'images/s',
+            'step s (median)', 'MFU', 'compile s']
+  rows = [[r.get('model', '-'), _f(r.get('image_size'), 'd'), _f(r.get('batch_size'), 'd'),
+           r.get('dtype', '-'), _mesh(r.get('mesh')), _f(r.get('images_per_sec')),
+           _f(r.get('step_time_median_s')), _percent(r.get('mfu')),
+           _f(r.get('compile_s'), '.1f')] for r in records]
+  return [(header, rows)]
+
+
+def collectives(records) -> list[Table]:
+  tables = [(['operation', 'devices', 'MB per device', 'median s'],
+             [[r['operation'], _f(r['devices'], 'd'), _f(r['megabytes_per_device']),
+               _f(r['median_s'])] for r in records if 'operation' in r])]
+  whole = [r['whole_process'] for r in records if 'whole_process' in r]
+  if whole:
+    tables.append((['whole process: wall s', 'user s', 'system s', 'minor page faults'],
+                   [[_f(w['wall_s']), _f(w['user_s']), _f(w['system_s']),
+                     f"{w['minor_page_faults']:,}"] for w in whole]))
+  return tables
+
+
+def conv_forms(records) -> list[Table]:
+  parts = any('xla_forward_gflops_per_s' in r for r in records)
+  header = ['input', 'kernel', 'stride', 'XLA GFLOP/s', 'patches GFLOP/s',
+            'patches speed-up', 'by_shape picks']
+  if parts:
+    header += ['XLA forward', 'XLA input gradient', 'XLA kernel gradient']
+  rows = []
+  for r in records:
+    row = ['x'.join(map(str, r['input'])), 'x'.join(map(str, r['kernel'])),
+           _f(r['stride'], 'd'), _f(r['xla_gflops_per_s']), _f(r['patches_gflops_per_s']),
+           _f(r['patches_speedup']), r['by_shape_picks']]
+    if parts:
+      row += [_f(r.get(f'xla_{p}_gflops_per_s'))
+              for p in ('forward', 'input_grad', 'kernel_grad')]
+    rows.append(row)
+  return [(header, rows)]
+
+
+def _link(record) -> str:
+  if record['engine'] == 'spmd':
+    return 'all-reduce in memory'
+  bandwidth = record['bandwidth_gbps']
+  return 'unlimited' if bandwidth == 0 else f'{bandwidth:g} Gbit/s'
+
+
+def engine_contrast(records) -> list[Table]:
+  """images/s with the worker counts across, one row per engine, link and N_ps."""
+  workers = sorted({r['num_workers'] for r in records})
+  cells = {}
+  for r in records:
+    key = (r['model'], r['engine'] != 'spmd', r['bandwidth_gbps'], r['num_shards'])
+    cells.setdefault(key, {'record': r})[r['num_workers']] = r['images_per_sec']
+  header = ['model (global batch)', 'engine', 'link', 'N_ps'] + [f'N_w={n}' for n in workers]
+  rows = []
+  for key in sorted(cells):
+    row = cells[key]
+    r = row['record']
+    rows.append([f"{r['model']} ({r['batch_size']})", r['engine'].upper(), _link(r),
+                 _f(r['num_shards'], 'd') if r['engine'] == 'ps' else '-'] +
+                [_f(row.get(n), '.1f') for n in workers])
+  return [(header, rows)]
+
+
+def flax_side_by_side(records) -> list[Table]:
+  header = ['setting', 'rounds', 'this project images/s', 'Flax example images/s',
+            'ratio', 'this project MFU', 'Flax example MFU']
+  rows = [[r['summary'], _f(r['rounds'], 'd'), _f(r['this_project_images_per_sec']),
+           _f(r['flax_example_images_per_sec']), _f(r['ratio']),
+           _percent(r['this_project_mfu']), _percent(r['flax_example_mfu'])]
+          for r in records if 'summary' in r]
+  return [(header, rows)]
+
+
+def step_parts(records) -> list[Table]:
+  header = ['model', 'devices', 'variant', 'rounds', 'step s (median)', 'images/s',
+            'CPU s per step']
+  rows = [[r['model'], _f(r['devices'], 'd'), r['variant'], _f(r['rounds'], 'd'),
+           _f(r['step_s']), _f(r['images_per_s']), _f(r['cpu_s_per_step'])]
+          for r in _summaries(records)]
+  return [(header, rows)]
+
+
+def memory_table(records) -> list[Table]:
+  header = ['model', 'mesh', 'batch', 'params + opt state per device (GiB)',
+            'x (replicated / 8)', 'temporaries (GiB)', 'peak (GiB)']
+  rows = [[r['model'], r['mesh_name'], _f(r['batch_size'], 'd'),
+           _f(r['state_per_device_gib'], '.3f'), _f(r['state_vs_replicated_over_8'], '.3f'),
+           _f(r['temporaries_gib'], '.3f'), _f(r['peak_gib'], '.3f')] for r in records]
+  return [(header, rows)]
+
+
+def multiprocess(records) -> list[Table]:
+  header = ['model', 'setup', 'steps', 'images/s', 'step ms']
+  rows = [[r['model'], r['setup'], _f(r['steps'], 'd'), _f(r['images_per_sec']),
+           _f(1e3 * r['step_time_s'], '.1f')] for r in records]
+  return [(header, rows)]
+
+
+def restore_memory(records) -> list[Table]:
+  header = ['case', 'model', 'mesh', 'code', 'peak RSS (GiB)', 'RSS before (GiB)',
+            'restore s', 'optimiser state read']
+  rows = []
+  for r in records:
+    peak = r.get('peak_rss_gib', r.get('peak_rss_seen_gib'))
+    rows.append([r['case'], r['model'], r['mesh'], r['code'],
+                 _f(peak, '.2f') if 'failed' not in r else f"failed ({r['failed']})",
+                 _f(r.get('rss_before_gib'), '.2f'), _f(r.get('restore_s'), '.1f'),
+                 _f(r.get('opt_state_restored'))])
+  return [(header, rows)]
+
+
+def quickstart(records) -> list[Table]:
+  header = ['tree', 'exit code', 'wall s', 'final top-1']
+  rows = [[r['quickstart'], _f(r['rc'], 'd'), _f(r['wall_s'], '.1f'),
+           _percent(r['final_top1'])] for r in records]
+  return [(header, rows)]
+
+
+def study(records) -> list[Table]:
+  """The predicted step time's error, per model and link, then over all cells."""
+  groups = {}
+  for r in records:
+    groups.setdefault((r['cell']['model'], r['cell']['bandwidth_gbps']), []).append(r)
+  groups[('all', None)] = records
+  header = ['model', 'link Gbit/s', 'cells', 'MAPE', 'worst cell error']
+  rows = []
+  for (model, bandwidth), rs in groups.items():
+    errors = [100 * r['error'] for r in rs]
+    rows.append([model, _f(bandwidth, 'g'), _f(len(rs), 'd'),
+                 f'{statistics.mean(abs(e) for e in errors):.1f}%',
+                 f'{max(errors, key=abs):+.1f}%'])
+  return [(header, rows)]
+
+
+def input_pipeline(records) -> list[Table]:
+  header = ['transform', 'file format', 'image size', 'batch', 'images/s (median)',
+            'images/s (best)', 'CPU ms per image', 'mean file KB']
+  rows = [[r['transform'], _f(r.get('file_format')), _f(r['image_size'], 'd'),
+           _f(r['batch_size'], 'd'), _f(r['images_per_sec_median'], 'd'),
+           _f(r['images_per_sec_best'], 'd'), _f(r['cpu_ms_per_image_median']),
+           _f(r.get('mean_file_kb'))] for r in records]
+  return [(header, rows)]
+
+
+def make_imagenet_like(records) -> list[Table]:
+  header = ['file format', 'train', 'eval', 'size', 'mean file KB', 'min KB', 'max KB',
+            'seconds']
+  rows = [[r['file_format'], _f(r['num_train'], 'd'), _f(r['num_eval'], 'd'),
+           f"{r['width']}x{r['height']}", _f(r['mean_file_kb']), _f(r['min_file_kb']),
+           _f(r['max_file_kb']), _f(r['seconds'], '.1f')] for r in records]
+  return [(header, rows)]
+
+
+TABLES = {f.__name__: f for f in (
+    speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
+    step_parts, memory_table, multiprocess, restore_memory, quickstart, study,
+    input_pipeline, make_imagenet_like)}
