@@ -78,9 +78,13 @@ def run(argv) -> int:
     # Not an error: a PS run's work dir keeps its ps.* keys when it goes
     # on under SPMD.
     logging.warning('engine=spmd: %s set, but only engine=ps uses them', ', '.join(ignored))
-  # --mode=eval reads only the evaluation data, which eval.* may name.
-  check_data_config((FLAGS.mode == 'eval' and eval_data.eval_data_config(config))
-                    or config.data)
+  # Evaluation data that eval.* names (None: the training data's own split).
+  evaluation = (eval_data.eval_data_config(config)
+                if FLAGS.mode in ('train', 'eval', 'prepare') else None)
+  if FLAGS.mode != 'eval' or evaluation is None:  # eval reads only evaluation data
+    check_data_config(config.data)
+  if evaluation is not None and FLAGS.mode != 'prepare':
+    check_data_config(evaluation)
   if FLAGS.mode == 'eval' and schema.load_saved(FLAGS.workdir) is None:
     raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '
                      f'(no {schema.CONFIG_FILE_NAME}); train first')
@@ -89,7 +93,7 @@ def run(argv) -> int:
     from input_pipeline import prepare  # pylint: disable=g-import-not-at-top
     multi_process = (FLAGS.num_processes > 1 or
                      runtime.detect_cluster(config.runtime.cluster) is not None)
-    for data in (config.data, eval_data.eval_data_config(config)):
+    for data in (config.data, evaluation):
       if data is not None:  # the second: evaluation data that eval.* names
         print(prepare.prepare_data(data, seed=config.seed, multi_process=multi_process,
                                    eval_only=data is not config.data), flush=True)

@@ -119,11 +119,12 @@ def load(path: str, index: dict | None = None) -> tuple[str, list[Run]]:
     if not all(k in record for k in ('command', 'date', 'commit', 'hardware')):
       raise ValueError(f'{path}:{number}: a record without command, date, commit and '
                        f'hardware, and no run of {INDEX} covers it')
-  runs = sorted(runs + _own_runs(own), key=lambda run: run.lines[0])
-  if 'table' in entry:
-    kind = entry['table']
-  elif runs:
-    kind = os.path.splitext(os.path.basename(runs[0].records[0]['command'][0]))[0]
-  else:
-    raise ValueError(f'{path}: no records')
-  return kind, runs
+  own_runs = _own_runs(own)
+  # The kind of table: what the index says, else the script that wrote them.
+  kinds = {entry['table']} if 'table' in entry else set()
+  kinds |= {os.path.splitext(os.path.basename(run.records[0]['command'][0]))[0]
+            for run in own_runs}
+  if len(kinds) != 1:
+    raise ValueError(f'{path}: ' + (f'records of {sorted(kinds)} in one file; give each '
+                                    'script its own --out file' if kinds else 'no records'))
+  return kinds.pop(), sorted(runs + own_runs, key=lambda run: run.lines[0])

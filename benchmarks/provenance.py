@@ -24,10 +24,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_HELP = ('Also append the JSON lines to this file (it may hold committed results: '
             'only when asked). Without it they go to standard output only.')
-PROVENANCE_KEYS = ('command', 'date', 'commit', 'hardware', 'environment')
 # Settings that change what a benchmark measures, recorded when set.
-_ENVIRONMENT = ('XLA_FLAGS', 'GLIBC_TUNABLES', 'JAX_PLATFORMS', 'CUDA_VISIBLE_DEVICES',
-                'TF_CPP_MIN_LOG_LEVEL')
+_ENVIRONMENT = ('XLA_FLAGS', 'GLIBC_TUNABLES', 'JAX_PLATFORMS', 'CUDA_VISIBLE_DEVICES')
 _EMULATED_DEVICES = re.compile(r'--xla_force_host_platform_device_count=\S+')
 # Run in a child so that this process's device emulation and accelerator
 # memory stay untouched.

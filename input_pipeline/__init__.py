@@ -17,7 +17,9 @@ The map, by job:
 
   entry        create.py (config.data -> a Dataset), validate.py (cheap checks
                before heavy imports), errors.py (DataError), dataset.py (the
-               interface the trainer uses)
+               interface the trainer uses), paired.py (training batches of
+               one data set, evaluation batches of another), prepare.py
+               (--mode=prepare)
   sources      folder.py (class sub-folders), shapes.py (the generated data
                set, a folder), tfds_check.py + tfds_source.py (a prepared tfds
                set and random access to its records), tfrecord_index.py (the

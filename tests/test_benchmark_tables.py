@@ -15,6 +15,7 @@ import pytest
 from benchmarks import committed_results
 from benchmarks import make_plots
 from benchmarks import provenance
+from benchmarks import tables
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
@@ -67,6 +68,7 @@ def test_every_committed_record_has_its_provenance():
   assert set(index) <= set(committed_results.results_files())
   for path in committed_results.results_files():
     kind, runs = committed_results.load(path, index)
+    assert kind in tables.TABLES, (path, kind)
     assert runs, path
     for run in runs:
       assert run.commands or run.command_not_recorded, (path, run.lines)

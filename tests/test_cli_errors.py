@@ -40,6 +40,12 @@ BAD_INVOCATIONS = [
     ([QUICK, '--config.sharding_rules=((\'embed\', \'model\'),)'], 'sharding_rules'),
     ([QUICK, '--config.runtime.agree_every_steps=0'], 'runtime.agree_every_steps'),
     ([QUICK, '--config.runtime.cluster=slurm'], 'runtime.cluster=slurm'),  # no SLURM job
+    # Evaluation data and checkpoint (shapes data: splits train and val only).
+    ([QUICK, '--config.eval.dataset=imagenet_v2'], 'eval.dataset'),
+    ([QUICK, '--config.eval.split=test'], 'eval.split'),
+    ([QUICK, '--config.data.source=synthetic', '--config.eval.split=val'],
+     "data.source='synthetic'"),
+    ([QUICK, '--config.eval.checkpoint=newest'], 'eval.checkpoint'),
     # The parameter-server engine (synthetic data: no data set to generate).
     ([QUICK, '--config.data.source=synthetic', '--config.engine=ps',
       '--config.ps.partitioner=round_robin', '--config.ps.num_shards=1000'],
