@@ -81,7 +81,9 @@ def run(argv) -> int:
   # Evaluation data that eval.* names (None: the training data's own split).
   evaluation = (eval_data.eval_data_config(config)
                 if FLAGS.mode in ('train', 'eval', 'prepare') else None)
-  if FLAGS.mode != 'eval' or evaluation is None:  # eval reads only evaluation data
+  # bench, plan and study run on synthetic data of the configured shapes;
+  # eval reads only the evaluation data.
+  if FLAGS.mode in ('train', 'prepare') or (FLAGS.mode == 'eval' and evaluation is None):
     check_data_config(config.data)
   if evaluation is not None and FLAGS.mode != 'prepare':
     check_data_config(evaluation)

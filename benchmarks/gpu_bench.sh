@@ -15,9 +15,7 @@
 # 240), so that the whole check ends within 10 minutes.
 # GPU_BENCH_CPU_CHECK=1: tiny models at 32 px for a few steps on one CPU
 # device, to check the script on a machine without a GPU (not a measurement).
-#
-# Targets (README "Performance"): ResNet-50 >= 5,000 images/s and ViT-B/16
-# >= 40% MFU on one H200.
+
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -38,6 +38,7 @@ GIB = 2**30
 def measure(model_name: str, mesh_shape, batch_size: int) -> dict:
   config = RECIPES[model_name].get_config()
   config.data.source, config.data.augment = 'synthetic', 'none'
+  config.model.dtype = 'bfloat16'  # the table's compute dtype on every platform
   config.data.num_synthetic_examples = batch_size
   config.batch_size = batch_size
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh_shape
