@@ -4,8 +4,8 @@
 
 starts 2 processes with 4 emulated CPU devices each, joined on 127.0.0.1,
 all running `main.py --workdir=runs/two --config=...` (see cli/launcher.py for
-what it does with output, signals and failures). --devices=0 leaves each
-process the machine's own devices.
+what it does with output, signals, failures and its own death). --devices=0
+leaves each process the machine's own devices.
 """
 
 import argparse

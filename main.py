@@ -39,6 +39,7 @@ from configs import schema
 from configs.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
 from trainer import eval_data
+from trainer import preemption
 from trainer import validation
 
 FLAGS = flags_parser.FLAGS
@@ -138,9 +139,14 @@ def run(argv) -> int:
 
 
 def main(argv):
-  logs.configure()
   try:
+    # Until the training loop takes the signals over, a stop request ends
+    # the run at once: nothing is trained yet, so nothing is lost.
+    preemption.stop_start_up_on_signal()
+    logs.configure()
     code = run(argv)
+  except preemption.StoppedBeforeStart as e:
+    _exit_with_last_line(f'{_this_process()}{e}', EXIT_PREEMPTED)
   except (UsageError, DataError) as e:
     if not _multi_process():
       _fail_usage(e)

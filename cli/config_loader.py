@@ -50,7 +50,9 @@ def parse_override_value(key: str, text: str, default: Any) -> Any:
     return text
   try:
     value = ast.literal_eval(text)
-  except (ValueError, SyntaxError):
+  # TypeError: an unhashable set member ({[1]}); MemoryError and
+  # RecursionError: nesting deeper than the parser takes.
+  except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
     raise UsageError(
         f'{source}={text!r}: expected {type(default).__name__} '
         f'(default {default!r})') from None
@@ -61,15 +63,29 @@ def load_recipe(path: str) -> ml_collections.ConfigDict:
   """Runs a recipe file's get_config() and checks it against the schema."""
   if not os.path.isfile(path):
     raise UsageError(f'--config={path}: no such file; recipes are in configs/')
+  if not path.endswith('.py'):
+    # A work dir's config.json is no recipe: --workdir reads it by itself.
+    raise UsageError(f'--config={path}: a recipe is a Python file '
+                     '(configs/RECIPE.py); to go on with a run, give its '
+                     '--workdir without --config')
   spec = importlib.util.spec_from_file_location('recipe', path)
   module = importlib.util.module_from_spec(spec)
+  # A recipe is user code: whatever it raises is reported, not traced.
   try:
     spec.loader.exec_module(module)
-  except Exception as e:  # A recipe is user code: report, don't trace.
-    raise UsageError(f'--config={path}: failed to load: {e!r}') from None
-  if not hasattr(module, 'get_config'):
+  except Exception as e:  # pylint: disable=broad-except
+    raise UsageError(f'--config={path}: failed to load: {schema.shown(e, 300)}') from None
+  if not callable(getattr(module, 'get_config', None)):
     raise UsageError(f'--config={path}: defines no get_config()')
-  return conform_to_schema(dotted_items(module.get_config()), source=path)
+  try:
+    config = module.get_config()
+  except Exception as e:  # pylint: disable=broad-except
+    raise UsageError(f'--config={path}: get_config() raised {schema.shown(e, 300)}') from None
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise UsageError(f'--config={path}: get_config() returned '
+                     f'{type(config).__name__}; a recipe returns an '
+                     'ml_collections.ConfigDict (start from configs/default.py)')
+  return conform_to_schema(dotted_items(config), source=path)
 
 
 def apply_overrides(config: ml_collections.ConfigDict,

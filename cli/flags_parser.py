@@ -85,6 +85,9 @@ def parse(argv: list[str]) -> list[str]:
     raise
   if len(remaining) > 1:
     raise UsageError(f'unexpected arguments: {" ".join(remaining[1:])}')
+  if FLAGS.workdir:
+    # Expanded once, here: everything after reads FLAGS.workdir.
+    FLAGS.workdir = workdir_lib.expand(FLAGS.workdir)
   if FLAGS.print_config or FLAGS.list or FLAGS.mode == 'prepare':
     return remaining  # they write nothing there, and need no work dir
   if not FLAGS.workdir:

@@ -1,5 +1,6 @@
 """Starts the JAX runtime: emulated CPU devices and multi-process set-up."""
 
+import ipaddress
 import os
 import sys
 
@@ -52,6 +53,23 @@ def detect_cluster(cluster: str, environ=os.environ) -> str | None:
   return None
 
 
+def loopback_bind_address(coordinator_address: str | None) -> str | None:
+  """Where the coordination service should listen, when every process is on
+  this machine (a loopback coordinator address, as launch.py gives): that
+  address only. JAX otherwise binds its unauthenticated service to every
+  interface; None leaves a cluster's coordinator to JAX (runtime.* and
+  JAX_COORDINATOR_BIND_ADDRESS, docs/multi-host.md)."""
+  if not coordinator_address or ':' not in coordinator_address:
+    return None
+  host = coordinator_address.rsplit(':', 1)[0].strip('[]')
+  if host == 'localhost':
+    return coordinator_address
+  try:
+    return coordinator_address if ipaddress.ip_address(host).is_loopback else None
+  except ValueError:
+    return None  # a host name
+
+
 def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
                num_processes: int, process_id: int, cluster: str = 'auto',
                init_timeout_s: int = 300, heartbeat_timeout_s: int = 30,
@@ -80,6 +98,9 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
     where = f'--coordinator_address={coordinator_address}'
     args = dict(coordinator_address=coordinator_address, num_processes=num_processes,
                 process_id=process_id)
+    bind_address = loopback_bind_address(coordinator_address)
+    if bind_address:
+      args['coordinator_bind_address'] = bind_address
   else:
     detected = detect_cluster(cluster)
     if detected is None:

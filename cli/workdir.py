@@ -1,4 +1,4 @@
-"""Whether --workdir can be a work dir: checked with the flags, before any work.
+"""--workdir: its path, and whether it can be a work dir, before any work.
 
 A run writes its config, metrics and checkpoints there. A path that names a
 file, or a directory that cannot be created or written, would otherwise fail
@@ -11,9 +11,17 @@ import tempfile
 from configs.errors import UsageError
 
 
+def expand(workdir: str) -> str:
+  """`workdir` with a leading ~ or ~user expanded: the path every later step
+  uses. A shell leaves `--workdir=~/x` as it is (it expands ~ only at the
+  start of a word), which would otherwise be a folder named ~ here."""
+  return os.path.expanduser(workdir)
+
+
 def check(workdir: str) -> None:
-  """UsageError unless `workdir` is a writable directory or can be created."""
-  path = os.path.abspath(os.path.expanduser(workdir))
+  """UsageError unless `workdir` (expanded) is a writable directory or can
+  be created."""
+  path = os.path.abspath(workdir)
   existing = path
   while not os.path.lexists(existing):
     existing = os.path.dirname(existing)

@@ -1,7 +1,19 @@
 """Exceptions that end a run with one line instead of a traceback."""
 
+# Every character that ends a line (str.splitlines), as its escape: a path or
+# value in a message may hold one, and the message must stay one line.
+_LINE_BREAKS = {ord(c): ascii(c)[1:-1] for c in
+                '\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029'}
 
-class UsageError(Exception):
+
+class OneLineError(Exception):
+  """An error whose message prints as one line, whatever text it quotes."""
+
+  def __str__(self) -> str:
+    return super().__str__().translate(_LINE_BREAKS)
+
+
+class UsageError(OneLineError):
   """A bad flag, config value, work dir or data location.
 
   main.py prints its message as one line on standard error and exits with
@@ -10,7 +22,7 @@ class UsageError(Exception):
   """
 
 
-class RunFailure(Exception):
+class RunFailure(OneLineError):
   """The run itself failed for a reason one line can state (exit code 1).
 
   Whatever could be kept (the last good checkpoint) is kept; the message says

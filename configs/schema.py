@@ -8,12 +8,14 @@ jax or tensorflow.
 """
 
 import json
+import math
 import os
 from typing import Any
 
 from absl import logging
 import ml_collections
 
+from configs import atomic
 from configs import default as default_config
 from configs.errors import UsageError
 
@@ -45,18 +47,44 @@ def _type_name(value: Any) -> str:
   return type(value).__name__
 
 
+def shown(value: Any, limit: int = 120) -> str:
+  """repr(value) for a one-line message, cut to `limit` characters (an int
+  of over 4300 digits has no repr at all)."""
+  try:
+    text = repr(value)
+  except ValueError:
+    return f'<{_type_name(value)} too large to print>'
+  return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+# Integers travel as int64 (numpy, orbax, the metrics): a larger one would
+# overflow far from the key that set it.
+_INT64 = (-2**63, 2**63 - 1)
+
+
 def coerce(key: str, value: Any, default: Any, *, source: str) -> Any:
-  """Returns `value` converted to the type of `default`, or raises UsageError."""
+  """Returns `value` converted to the type of `default`, or raises UsageError.
+
+  Integers must fit in int64 and floats must be finite: no key means anything
+  by nan or inf, and both would only fail later, inside the arithmetic."""
   expected = type(default)
   if expected is bool:
     if isinstance(value, bool):
       return value
   elif expected is int:
     if isinstance(value, int) and not isinstance(value, bool):
+      if not _INT64[0] <= value <= _INT64[1]:
+        raise UsageError(f'{source}: {key}={shown(value)} does not fit in 64 bits')
       return value
   elif expected is float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-      return float(value)
+      try:
+        value = float(value)
+      except OverflowError:  # an int beyond the float range
+        value = math.inf
+      if not math.isfinite(value):
+        raise UsageError(f'{source}: {key}={shown(value)} must be a finite number')
+      return value
   elif expected is str:
     if isinstance(value, str):
       return value
@@ -64,7 +92,7 @@ def coerce(key: str, value: Any, default: Any, *, source: str) -> Any:
     if isinstance(value, (tuple, list)):
       return tuple(tuple(v) if isinstance(v, list) else v for v in value)
   raise UsageError(
-      f'{source}: {key}={value!r} has type {_type_name(value)}; '
+      f'{source}: {key}={shown(value)} has type {_type_name(value)}; '
       f'expected {expected.__name__} (default {default!r})')
 
 
@@ -108,8 +136,8 @@ def rename_key(key: str, value: Any, *, source: str) -> tuple[str, Any]:
   new_key, convert = RENAMED_KEYS[key]
   try:
     new_value = convert(value) if convert else value
-  except (TypeError, ValueError):
-    raise UsageError(f'{source}: {key}={value!r} (now {new_key}) is not a '
+  except (TypeError, ValueError, OverflowError):
+    raise UsageError(f'{source}: {key}={shown(value)} (now {new_key}) is not a '
                      'valid value') from None
   _warn_once(source, key, f'{source}: {key} is now {new_key}; read as '
              f'{new_key}={new_value!r}')
@@ -147,23 +175,41 @@ def conform_to_schema(values: dict[str, Any], *, source: str) -> ml_collections.
   return config
 
 
+_JSON_TYPES = {list: 'array', str: 'string', int: 'number', float: 'number',
+               bool: 'boolean', type(None): 'null'}
+
+
 def load_saved(workdir: str) -> ml_collections.ConfigDict | None:
   """The config.json a previous run saved in `workdir`, or None."""
   path = os.path.join(workdir, CONFIG_FILE_NAME)
   if not os.path.exists(path):
     return None
   try:
-    with open(path) as f:
+    with open(path, encoding='utf-8') as f:
       values = json.load(f)
-  except (OSError, json.JSONDecodeError) as e:
+  # ValueError: not JSON, or not UTF-8; RecursionError: nested too deep.
+  except (OSError, ValueError, RecursionError) as e:
     raise UsageError(f'{path}: unreadable saved config: {e}') from None
-  return conform_to_schema(values, source=path)
+  if not isinstance(values, dict):
+    raise UsageError(f'{path}: holds a JSON {_JSON_TYPES.get(type(values), "value")}, '
+                     'not the object of "dotted.key": value that a run saves there')
+  return conform_to_schema(_persisted(values), source=path)
+
+
+# Fault injection for the tests: it applies to the run whose command line
+# sets it. Never saved, and dropped from a config.json that an earlier
+# version saved it into, so that a plain rerun does not pause or fail again.
+ONE_RUN_KEY_PREFIXES = ('debug.',)
+
+
+def _persisted(values: dict[str, Any]) -> dict[str, Any]:
+  """`values` less the keys that apply to one run only."""
+  return {k: v for k, v in values.items() if not k.startswith(ONE_RUN_KEY_PREFIXES)}
 
 
 def save(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes config.json atomically (a crash never leaves half a file)."""
+  """Writes config.json atomically (a crash never leaves half a file),
+  without the one-run keys (ONE_RUN_KEY_PREFIXES)."""
   path = os.path.join(workdir, CONFIG_FILE_NAME)
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(dotted_items(config), f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  atomic.write_text(path, json.dumps(_persisted(dotted_items(config)), indent=2,
+                                     sort_keys=True))

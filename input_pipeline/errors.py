@@ -1,7 +1,9 @@
 """The one exception type a user sees for a problem with their data."""
 
+from configs.errors import OneLineError
 
-class DataError(Exception):
+
+class DataError(OneLineError):
   """A user-facing data problem, with a one-line message.
 
   Raised for what a user can fix without reading code: a missing directory,

@@ -12,11 +12,11 @@ import dataclasses
 import itertools
 import json
 import os
-import tempfile
 import zlib
 
 import numpy as np
 
+from configs import atomic
 from input_pipeline.errors import DataError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
@@ -97,22 +97,6 @@ def read_class_map(path: str) -> dict[str, int]:
   return class_map
 
 
-def _write_atomically(path: str, text: str) -> None:
-  # Write-then-rename, so that a crash or a concurrent reader (another
-  # process of the same run) never sees half a file.
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix='.classes-', suffix='.tmp', dir=folder)
-  try:
-    with os.fdopen(fd, 'w') as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
 def class_map_for(train_dir: str, class_map_path: str | None) -> dict[str, int]:
   """The class -> label map: the saved one if any, else the sorted classes.
 
@@ -143,7 +127,10 @@ def class_map_for(train_dir: str, class_map_path: str | None) -> dict[str, int]:
 def write_class_map(path: str, class_names: list[str]) -> None:
   """Saves class name -> label (the position in `class_names`) atomically."""
   class_map = {name: i for i, name in enumerate(class_names)}
-  _write_atomically(path, json.dumps(class_map, indent=2) + '\n')
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  # Whole or absent: a crash or a concurrent reader (another process of the
+  # same run) never sees half a file.
+  atomic.write_text(path, json.dumps(class_map, indent=2) + '\n')
 
 
 def class_names(class_map: dict[str, int]) -> list[str]:

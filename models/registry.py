@@ -39,16 +39,22 @@ def _resnet(depth: int) -> Callable[..., nn.Module]:
   return make
 
 
+def _vit_width_sizes(width: int) -> dict[str, int]:
+  """The ViT sizes that model.width sets ({} for 0: the published ones)."""
+  if not width:
+    return {}
+  # One knob for a smaller or larger ViT: the residual width, with the
+  # paper's MLP ratio of 4 and 64-wide heads (one head below 128).
+  return {'hidden_size': width, 'mlp_dim': 4 * width,
+          'num_heads': max(1, width // 64)}
+
+
 def _vit(variant: str, patch_size: int) -> Callable[..., nn.Module]:
   def make(*, width: int, image_size: int, bn_group_size: int,
            **kwargs) -> nn.Module:
     del bn_group_size  # No batch norm.
-    if width:
-      # One knob for a smaller or larger ViT: the residual width, with the
-      # paper's MLP ratio of 4 and 64-wide heads (one head below 128).
-      # Explicit hidden_size/mlp_dim/num_heads/depth overrides still win.
-      kwargs = {'hidden_size': width, 'mlp_dim': 4 * width,
-                'num_heads': max(1, width // 64), **kwargs}
+    # Explicit hidden_size/mlp_dim/num_heads/depth overrides still win.
+    kwargs = {**_vit_width_sizes(width), **kwargs}
     patch = kwargs.pop('patch_size', patch_size)  # an override wins
     return vit.vit(variant, patch, image_size=image_size, **kwargs)
   return make
@@ -69,9 +75,12 @@ def _classic(build: Callable[..., nn.Module],
   return make
 
 
+# ViT name -> (variant, patch size).
+_VITS = {f'vit_{v}{p}': (v, p) for v in vit.VARIANTS for p in (16, 32)}
+
 _REGISTRY: dict[str, Callable[..., nn.Module]] = {
     **{f'resnet{d}': _resnet(d) for d in sorted(resnet.STAGE_SIZES)},
-    **{f'vit_{v}{p}': _vit(v, p) for v in vit.VARIANTS for p in (16, 32)},
+    **{name: _vit(*spec) for name, spec in _VITS.items()},
     'alexnet': _classic(alexnet.alexnet, batch_norm=False),
     **{f'vgg{d}': _classic(functools.partial(vgg.vgg, d), batch_norm=False)
        for d in sorted(vgg.STAGE_SIZES)},
@@ -130,6 +139,28 @@ def create_model(name: str, *, num_classes: int, dtype: str = 'float32',
       num_classes=num_classes, dtype=_DTYPES[compute_dtype(dtype)], remat=remat,
       width=width, image_size=image_size, bn_group_size=bn_group_size,
       conv_form=conv_form, **overrides)
+
+
+def size_problems(name: str, *, width: int, image_size: int) -> dict[str, str]:
+  """The create_model arguments ('width', 'image_size') with which the named
+  model cannot be built, each with why in one line ({}: it can be built).
+
+  Builds nothing and starts no device, so config validation asks before the
+  runtime starts. Only ViTs have such rules (heads divide the width, patches
+  tile the image); the other models pool globally and take any size."""
+  if name not in _VITS:
+    return {}
+  variant, patch_size = _VITS[name]
+  sizes = {**vit.VARIANTS[variant], **_vit_width_sizes(width)}
+  problems = {}
+  heads = vit.heads_problem(sizes['hidden_size'], sizes['num_heads'])
+  if heads:
+    problems['width'] = (f'{heads} (a width of 128 or more has width // 64 '
+                         'heads; a multiple of 64 works)')
+  patch = vit.patch_problem(patch_size, image_size)
+  if patch:
+    problems['image_size'] = f'{patch}; use a multiple of {patch_size}'
+  return problems
 
 
 def is_vit(name: str) -> bool:

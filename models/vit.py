@@ -191,15 +191,28 @@ class ViT(nn.Module):
   def _check(self, shape):
     """One-line errors for shapes that would otherwise fail deep inside."""
     remat_lib.check_mode(self.remat)
-    if self.hidden_size % self.num_heads:
-      raise ValueError(f'num_heads={self.num_heads} does not divide '
-                       f'hidden_size={self.hidden_size}')
-    if self.image_size % self.patch_size:
-      raise ValueError(f'patch_size={self.patch_size} does not divide '
-                       f'image_size={self.image_size}')
+    problem = (heads_problem(self.hidden_size, self.num_heads) or
+               patch_problem(self.patch_size, self.image_size))
+    if problem:
+      raise ValueError(problem)
     if tuple(shape[1:3]) != (self.image_size, self.image_size):
       raise ValueError(f'expected {self.image_size}x{self.image_size} images '
                        f'(the model was built for that size), got {shape}')
+
+
+# The model's own rules on its sizes, which config validation asks too
+# (through registry.size_problems), so that a config is refused before any
+# work starts. Each returns why in one line, or None.
+def heads_problem(hidden_size: int, num_heads: int) -> str | None:
+  if hidden_size % num_heads:
+    return f'num_heads={num_heads} does not divide hidden_size={hidden_size}'
+  return None
+
+
+def patch_problem(patch_size: int, image_size: int) -> str | None:
+  if image_size % patch_size:
+    return f'patch_size={patch_size} does not divide image_size={image_size}'
+  return None
 
 
 # Published sizes: hidden, mlp, heads, depth.

@@ -7,6 +7,7 @@ import os
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from orbax.checkpoint._src.path import async_path
 import pytest
 
 from configs.errors import UsageError
@@ -91,13 +92,46 @@ def test_only_the_last_k_checkpoints_are_kept(tmp_path, trained):
   assert checkpointing.Checkpointer(str(tmp_path), keep=2).all_steps() == [3, 4]
 
 
-def test_an_unfinished_checkpoint_is_never_the_latest(tmp_path, trained):
+def test_a_save_cut_short_before_its_commit_is_never_a_checkpoint(
+    tmp_path, trained, monkeypatch):
+  """Orbax writes a step into a temporary folder and commits it by renaming
+  the folder to the step. A save stopped just before that rename (as a
+  SIGKILL there would) leaves every array and item on disk: that folder is
+  neither listed nor restored, and a rerun that reaches the step saves it
+  again over the leftover."""
   checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=3)
   checkpointer.save(1, trained, {'step': 1})
+  checkpointer.wait()
+  rename = async_path.rename
+
+  async def rename_all_but_the_commit(source, target):
+    if target.name.isdigit():  # the step folder's own rename: the commit
+      raise OSError('save cut short before its commit')
+    return await rename(source, target)
+  monkeypatch.setattr(async_path, 'rename', rename_all_but_the_commit)
+  checkpointer.save(5, trained, {'step': 5})
+  with pytest.raises(OSError, match='cut short'):
+    checkpointer.wait()
+  monkeypatch.undo()
   checkpointer.close()
-  # What an interrupted save leaves behind: orbax's temporary directory.
-  os.makedirs(tmp_path / checkpointing.LATEST_DIR / '5.orbax-checkpoint-tmp' / 'state')
-  assert checkpointing.Checkpointer(str(tmp_path), keep=3).latest_step() == 1
+  checkpoints = tmp_path / checkpointing.LATEST_DIR
+  leftover = [name for name in os.listdir(checkpoints) if name != '1']
+  assert len(leftover) == 1 and leftover[0].startswith('5.'), leftover
+  # Complete but for the commit: both items written and committed inside it.
+  assert {'state', 'meta'} <= set(os.listdir(checkpoints / leftover[0]))
+  assert (checkpoints / leftover[0] / 'state' / 'commit_success.txt').exists()
+
+  assert checkpointing.all_steps(str(tmp_path)) == [1]
+  assert checkpointing.latest_step(str(tmp_path)) == 1
+  rerun = checkpointing.Checkpointer(str(tmp_path), keep=3)
+  assert rerun.latest_step() == 1
+  rerun.save(5, trained, {'step': 5})
+  rerun.wait()
+  shardings = jax.tree.map(lambda x: x.sharding, trained)
+  restored, meta = rerun.restore(5, _abstract_like(trained, shardings))
+  rerun.close()
+  assert meta['step'] == 5 and sorted(os.listdir(checkpoints)) == ['1', '5']
+  _assert_trees_equal(restored, trained)
 
 
 def test_restoring_into_another_shape_names_the_parameter_and_both_shapes(tmp_path, trained):

@@ -60,6 +60,16 @@ BAD_INVOCATIONS = [
       '--config.ps.overlap=true'], 'ps.num_workers'),  # 8 of 8 CPU devices
     ([QUICK, '--config.engine=ps', '--config.model.bn_group_size=32'],
      'model.bn_group_size'),  # groups would span the 8 workers' slices of 16
+    # Values that once ended in a traceback.
+    ([QUICK, '--config.sharding_rules=(1,2)'], 'sharding_rules'),
+    ([QUICK, '--config.num_epochs=1e999'], 'num_epochs'),
+    ([QUICK, '--config.num_epochs=nan'], 'num_epochs'),
+    ([QUICK, '--config.seed=-1'], 'seed=-1'),
+    ([QUICK, '--config.model.name=vit_b16', '--config.data.image_size=33'],
+     'data.image_size=33'),
+    ([QUICK, '--config.model.name=vit_b16', '--config.model.width=200'],
+     'model.width=200'),
+    ([QUICK, '--config.eval.checkpoint=²'], 'eval.checkpoint'),
 ]
 
 
@@ -83,6 +93,57 @@ def test_bad_invocation_exits_2_with_one_line_naming_the_key(tmp_path, args, fra
   assert len(lines) == 1, result.stderr
   assert fragment in lines[0]
   assert 'Traceback' not in result.stderr
+  assert _snapshot(workdir) == before
+
+
+def _recipe(tmp_path, body):
+  path = tmp_path / 'recipe.py'
+  path.write_text(body)
+  return path
+
+
+# (what to put where, a fragment the one-line error must contain)
+BAD_FILES = {
+    'a config.json as the recipe': (
+        lambda tmp: ('--config', tmp / 'saved' / 'config.json'), 'config.json'),
+    'a recipe whose get_config raises': (
+        lambda tmp: ('--config', _recipe(tmp, 'def get_config():\n  return 1 / 0\n')),
+        'ZeroDivisionError'),
+    'a recipe whose get_config returns None': (
+        lambda tmp: ('--config', _recipe(tmp, 'def get_config():\n  return None\n')),
+        'returned NoneType'),
+    'a recipe whose get_config returns a dict': (
+        lambda tmp: ('--config', _recipe(tmp, 'def get_config():\n  return {}\n')),
+        'returned dict'),
+    'a saved config.json holding a list': (
+        lambda tmp: ('config.json', b'[]'), 'JSON array'),
+    'a saved config.json that is not UTF-8': (
+        lambda tmp: ('config.json', b'{"seed": "\xff"}'), 'utf-8'),
+}
+
+
+@pytest.mark.parametrize('case', BAD_FILES)
+def test_a_bad_recipe_or_saved_config_exits_2_with_one_line_naming_the_file(
+    tmp_path, case):
+  make, fragment = BAD_FILES[case]
+  (tmp_path / 'saved').mkdir()
+  (tmp_path / 'saved' / 'config.json').write_text('{}')
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  what, content = make(tmp_path)
+  if what == '--config':
+    args, named = [f'--config={content}'], str(content)
+  else:  # the work dir's own config.json
+    (workdir / what).write_bytes(content)
+    args, named = [], str(workdir / what)
+  before = _snapshot(workdir)
+
+  result = run_main(f'--workdir={workdir}', *args, timeout=120)
+
+  assert result.returncode == 2, result.stderr
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1, result.stderr
+  assert named in lines[0] and fragment in lines[0]
   assert _snapshot(workdir) == before
 
 

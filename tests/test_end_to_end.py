@@ -60,6 +60,15 @@ def trained_workdir(tmp_path_factory, shapes_dir):
   return workdir
 
 
+@pytest.fixture
+def trained_copy(trained_workdir, tmp_path):
+  """A copy of trained_workdir for a test that runs main.py in it (which may
+  write there), so that every test sees the shared one as trained."""
+  copy = str(tmp_path / 'run')
+  shutil.copytree(trained_workdir, copy)
+  return copy
+
+
 def _records(workdir, split):
   return [r for r in metrics_log.read(workdir) if r['split'] == split]
 
@@ -96,9 +105,9 @@ def test_tensorboard_reads_the_logged_scalars(trained_workdir):
   assert [e.step for e in events.Tensors('eval/accuracy')] == [4, 8]
 
 
-def test_eval_mode_reproduces_the_final_training_accuracy(trained_workdir):
-  final = _records(trained_workdir, 'eval')[-1]
-  result = run_main(f'--workdir={trained_workdir}', '--mode=eval')
+def test_eval_mode_reproduces_the_final_training_accuracy(trained_copy):
+  final = _records(trained_copy, 'eval')[-1]
+  result = run_main(f'--workdir={trained_copy}', '--mode=eval')
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
   assert summary['step'] == STEPS
@@ -107,19 +116,20 @@ def test_eval_mode_reproduces_the_final_training_accuracy(trained_workdir):
   assert summary['num_examples'] == 600
 
 
-def test_eval_mode_restores_a_chosen_checkpoint(trained_workdir):
-  result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
+def test_eval_mode_restores_a_chosen_checkpoint(trained_copy):
+  trained = _records(trained_copy, 'eval')
+  result = run_main(f'--workdir={trained_copy}', '--mode=eval',
                     '--config.eval.checkpoint=4')
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
   assert summary['step'] == 4
-  assert summary['accuracy'] == _records(trained_workdir, 'eval')[0]['accuracy']
+  assert summary['accuracy'] == trained[0]['accuracy']
 
 
-def test_eval_mode_restores_the_best_checkpoint(trained_workdir):
-  evals = _records(trained_workdir, 'eval')
+def test_eval_mode_restores_the_best_checkpoint(trained_copy):
+  evals = _records(trained_copy, 'eval')
   best = max(evals, key=lambda r: r['accuracy'])  # the first of equals, as saved
-  result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
+  result = run_main(f'--workdir={trained_copy}', '--mode=eval',
                     '--config.eval.checkpoint=best')
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
@@ -127,8 +137,8 @@ def test_eval_mode_restores_the_best_checkpoint(trained_workdir):
   assert summary['accuracy'] == best['accuracy']
 
 
-def test_eval_mode_evaluates_another_split_of_the_same_classes(trained_workdir):
-  result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
+def test_eval_mode_evaluates_another_split_of_the_same_classes(trained_copy):
+  result = run_main(f'--workdir={trained_copy}', '--mode=eval',
                     '--config.eval.split=train')
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.loads(result.stdout.strip().splitlines()[-1])
@@ -140,24 +150,40 @@ def test_eval_mode_evaluates_another_split_of_the_same_classes(trained_workdir):
     ('3', 'eval.checkpoint=3: no such checkpoint; available: 4, 8'),
     ('newest', "eval.checkpoint='newest' is not accepted"),
 ])
-def test_eval_mode_with_a_missing_checkpoint_exits_2_with_one_line(trained_workdir, choice,
+def test_eval_mode_with_a_missing_checkpoint_exits_2_with_one_line(trained_copy, choice,
                                                                     fragment):
-  before = sorted(os.listdir(trained_workdir))
-  result = run_main(f'--workdir={trained_workdir}', '--mode=eval',
+  before = sorted(os.listdir(trained_copy))
+  result = run_main(f'--workdir={trained_copy}', '--mode=eval',
                     f'--config.eval.checkpoint={choice}')
   assert result.returncode == 2, result.stderr[-3000:]
   assert fragment in result.stderr.strip().splitlines()[-1]
   assert 'Traceback' not in result.stderr
-  assert sorted(os.listdir(trained_workdir)) == before
+  assert sorted(os.listdir(trained_copy)) == before
 
 
-def test_rerun_with_another_model_in_the_same_workdir_is_refused(trained_workdir, shapes_dir):
-  before = os.path.getsize(os.path.join(trained_workdir, 'metrics.jsonl'))
-  result = run_main(f'--workdir={trained_workdir}',
+def test_rerun_with_another_model_in_the_same_workdir_is_refused(trained_copy, shapes_dir):
+  before = os.path.getsize(os.path.join(trained_copy, 'metrics.jsonl'))
+  result = run_main(f'--workdir={trained_copy}',
                     *tiny_run_flags(shapes_dir, **{'model.width': 8}))
   assert result.returncode == 2
   assert 'model.width' in result.stderr
-  assert os.path.getsize(os.path.join(trained_workdir, 'metrics.jsonl')) == before
+  assert os.path.getsize(os.path.join(trained_copy, 'metrics.jsonl')) == before
+
+
+def test_a_run_killed_between_the_best_and_the_latest_copy_resumes_and_keeps_the_best(
+    trained_copy):
+  # The best copy of step S was written and the latest copy was not: the
+  # latest checkpoints stop before S, and the rerun reaches S again.
+  best_dir = os.path.join(trained_copy, 'checkpoints_best')
+  [best] = os.listdir(best_dir)
+  latest_dir = os.path.join(trained_copy, 'checkpoints')
+  for step in os.listdir(latest_dir):
+    if int(step) >= int(best):
+      shutil.rmtree(os.path.join(latest_dir, step))
+  result = run_main(f'--workdir={trained_copy}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert sorted(os.listdir(latest_dir)) == ['4', '8']
+  assert os.listdir(best_dir) == [best]  # the same step evaluates the same
 
 
 class StderrLines:
@@ -248,7 +274,7 @@ def _three_class_folder(shapes_dir, root):
 
 @pytest.fixture(scope='module')
 def fine_tuned(trained_workdir, shapes_dir, tmp_path_factory):
-  """A run fine-tuned from a copy of trained_workdir (which a test deletes)."""
+  """A run fine-tuned from a copy of trained_workdir."""
   root = tmp_path_factory.mktemp('tune')
   source = str(root / 'source')
   shutil.copytree(trained_workdir, source)
@@ -292,19 +318,22 @@ def _first_class(data, split):
   return sorted(os.listdir(os.path.join(data, split)))[0]
 
 
-# Last in this file: it deletes the fine-tuning source and extends the run.
 def test_resuming_a_fine_tuned_run_needs_no_source_and_warns_of_a_new_schedule(
-    fine_tuned):
-  shutil.rmtree(fine_tuned.source)
-  # The same command (init.from_workdir still names the source), two steps
-  # longer: the cosine schedule is rebuilt over 10 steps instead of 8.
-  result = run_main(f'--workdir={fine_tuned.workdir}', *fine_tuned.flags,
+    fine_tuned, tmp_path):
+  # A copy of the fine-tuned run whose source is gone: init.from_workdir
+  # still names one, but nothing is there.
+  workdir, gone = str(tmp_path / 'tuned'), str(tmp_path / 'deleted_source')
+  shutil.copytree(fine_tuned.workdir, workdir)
+  flags = [f for f in fine_tuned.flags if not f.startswith('--config.init.from_workdir=')]
+  # The same command, two steps longer: the cosine schedule is rebuilt over
+  # 10 steps instead of 8.
+  result = run_main(f'--workdir={workdir}', *flags, f'--config.init.from_workdir={gone}',
                     '--config.init.reset_head=true', '--config.num_train_steps=10')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Resuming from step 8' in result.stderr
   warning = [l for l in result.stderr.splitlines() if 'rate jumps' in l]
   assert len(warning) == 1 and '(8 -> 10 steps)' in warning[0], result.stderr[-3000:]
   assert 'at step 8 the rate jumps from ' in warning[0]
-  assert max(r['step'] for r in _records(fine_tuned.workdir, 'train')) == 10
+  assert max(r['step'] for r in _records(workdir, 'train')) == 10
   # The broken images were read again, and are still listed once.
-  assert len(unreadable.read(fine_tuned.workdir)) == 2
+  assert len(unreadable.read(workdir)) == 2

@@ -141,9 +141,11 @@ def test_example_seeds_depend_on_seed_and_position_only():
 
 
 def _write_tfrecord(path, records):
-  with open(path, 'wb') as f:
+  """A real TFRecord file, written by TensorFlow (with its CRCs)."""
+  from input_pipeline.tf_setup import tf  # pylint: disable=g-import-not-at-top
+  with tf.io.TFRecordWriter(str(path)) as writer:
     for record in records:
-      f.write(struct.pack('<Q', len(record)) + b'\0' * 4 + record + b'\0' * 4)
+      writer.write(record)
 
 
 def test_tfrecord_index_reads_records_by_index_across_shards(tmp_path):
@@ -192,6 +194,62 @@ def test_tfrecord_index_reads_a_truncated_file_as_empty_records(tmp_path):
   index = tfrecord_index.TFRecordIndex(
       [tfrecord_index.Shard(str(tmp_path / 'a'), skip=0, take=2)])
   assert index.__getitems__([0, 1]) == [b'x' * 10, b'']
+
+
+def _header_offset(records, i):
+  """Where record i's header starts (12-byte header, 4-byte footer each)."""
+  return sum(12 + len(r) + 4 for r in records[:i])
+
+
+@pytest.mark.parametrize('length', [2**64 - 1, 7], ids=['huge', 'plausible'])
+def test_a_corrupt_record_header_is_found_once_and_ends_the_readable_records(
+    tmp_path, monkeypatch, length):
+  from input_pipeline import tfrecord_index  # pylint: disable=g-import-not-at-top
+  records = [f'record-{i}'.encode() * 3 for i in range(5)]
+  path = tmp_path / 'a'
+  _write_tfrecord(path, records)
+  with open(path, 'r+b') as f:  # record 2's length, its CRC left as it was
+    f.seek(_header_offset(records, 2))
+    f.write(struct.pack('<Q', length))
+  scans, warnings = [], []
+  scan = tfrecord_index.scan_offsets
+  monkeypatch.setattr(tfrecord_index, 'scan_offsets',
+                      lambda *a: scans.append(a) or scan(*a))
+  monkeypatch.setattr(tfrecord_index.logging, 'warning',
+                      lambda *a: warnings.append(a[0] % a[1:]))
+  index = tfrecord_index.TFRecordIndex(
+      [tfrecord_index.Shard(str(path), skip=0, take=5)])
+
+  for _ in range(3):  # steps: the file is scanned and named once, not per read
+    assert index.__getitems__([4, 0, 2, 1, 3]) == [
+        b'', records[0], b'', records[1], b'']
+    assert index[1] == records[1] and index[3] == b''
+  assert len(scans) == 1
+  assert len(warnings) == 1 and str(path) in warnings[0]
+  assert 'record 2 fails its CRC' in warnings[0]
+  # The stored index keeps the finding: a later run neither scans nor reads
+  # past the corruption, and still names the file.
+  again = tfrecord_index.TFRecordIndex(
+      [tfrecord_index.Shard(str(path), skip=0, take=5)])
+  assert again.__getitems__([1, 2]) == [records[1], b'']
+  assert len(scans) == 1 and len(warnings) == 2
+
+
+def test_a_record_index_stored_before_headers_were_checked_is_rescanned(tmp_path):
+  from input_pipeline import tfrecord_index  # pylint: disable=g-import-not-at-top
+  records = [b'a' * 5, b'b' * 5]
+  path = tmp_path / 'a'
+  _write_tfrecord(path, records)
+  with open(path, 'r+b') as f:
+    f.seek(_header_offset(records, 1))
+    f.write(struct.pack('<Q', 3))  # a wrong length whose CRC fails
+  # The old format: offsets, lengths and file size, no corrupt_at.
+  np.savez(str(path) + tfrecord_index.SIDECAR_SUFFIX,
+           offsets=np.array([12, 33]), lengths=np.array([5, 3]),
+           file_size=np.int64(os.path.getsize(path)))
+  index = tfrecord_index.TFRecordIndex(
+      [tfrecord_index.Shard(str(path), skip=0, take=2)])
+  assert index.__getitems__([0, 1]) == [records[0], b'']
 
 
 # --- Folders of files share the bad-data handling -----------------------------

@@ -1,11 +1,15 @@
 """Resuming a run: what may change in its work dir, and what it is told."""
 
+import shutil
+
+import numpy as np
 import pytest
 
 from cli import config_loader
 from configs import schema
 from configs.errors import UsageError
 from configs import quickstart
+from trainer import checkpointing
 from trainer import optim
 from trainer import train
 
@@ -45,3 +49,44 @@ def test_an_unchanged_or_flat_schedule_gives_no_warning():
   assert train.schedule_change_warning(config, 60, (10, 100), (10, 100)) is None
   config.lr_schedule = 'constant'  # past the warm-up: the same rate
   assert train.schedule_change_warning(config, 60, (10, 100), (10, 200)) is None
+
+
+def _reopened(workdir):
+  return checkpointing.Checkpointer(str(workdir), async_save=False, keep_best=True)
+
+
+def _save_evaluated(checkpointer, step, accuracy):
+  """What training does at an evaluated save: the latest copy, then the best."""
+  state, meta = {'w': np.full(2, step, np.float32)}, {'step': step}
+  checkpointer.save(step, state, meta)
+  checkpointer.save_if_best(step, state, meta, accuracy)
+
+
+def test_the_best_checkpoint_is_kept_across_a_resume(tmp_path):
+  checkpointer = _reopened(tmp_path)
+  _save_evaluated(checkpointer, 4, 0.5)
+  checkpointer.close()
+  # A resumed run knows the best so far: a worse or equal accuracy is not
+  # written, a better one replaces it.
+  checkpointer = _reopened(tmp_path)
+  _save_evaluated(checkpointer, 8, 0.3)
+  _save_evaluated(checkpointer, 12, 0.5)
+  assert checkpointing.best_steps(str(tmp_path)) == [4]
+  _save_evaluated(checkpointer, 16, 0.7)
+  checkpointer.close()
+  assert checkpointing.best_steps(str(tmp_path)) == [16]
+
+
+def test_a_run_killed_between_the_best_and_the_latest_copy_resumes(tmp_path):
+  checkpointer = _reopened(tmp_path)
+  _save_evaluated(checkpointer, 4, 0.5)
+  _save_evaluated(checkpointer, 8, 0.6)
+  checkpointer.close()
+  # The kill: the best copy of step 8 was written, its latest copy was not.
+  shutil.rmtree(tmp_path / checkpointing.LATEST_DIR / '8')
+  checkpointer = _reopened(tmp_path)
+  assert checkpointer.latest_step() == 4
+  _save_evaluated(checkpointer, 8, 0.6)  # the rerun reaches step 8 again
+  checkpointer.close()
+  assert checkpointing.latest_step(str(tmp_path)) == 8
+  assert checkpointing.best_steps(str(tmp_path)) == [8]

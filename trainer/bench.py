@@ -6,8 +6,8 @@ images/s, the step time's median and 90th percentile, the model's FLOPs per
 image and the MFU against a matmul peak measured in the same run
 (trainer/mfu.py), and the fraction of the time spent waiting for input. The
 line is printed and appended to bench.jsonl in the work dir; nothing else
-is written there, so a trained run's work dir can be benchmarked with its
-own config.
+stays there (the work dir's lock, trainer/workdir_lock.py, only while it
+runs), so a trained run's work dir can be benchmarked with its own config.
 """
 
 import datetime
@@ -26,6 +26,7 @@ from trainer import experiment
 from trainer import mfu
 from trainer import progress
 from trainer import state as state_lib
+from trainer import workdir_lock
 
 RESULTS_FILE_NAME = 'bench.jsonl'
 
@@ -44,6 +45,14 @@ def synthetic_config(config: ml_collections.ConfigDict) -> ml_collections.Config
 
 def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Compiles, warms up, times `bench.steps` steps; returns the JSON record."""
+  # Beside another run of this work dir the devices would be shared, and
+  # the times wrong.
+  with workdir_lock.hold(workdir, 'bench', process_index=jax.process_index(),
+                         process_count=jax.process_count()):
+    return _timed_steps(config, workdir)
+
+
+def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
   config = synthetic_config(config)
   exp = experiment.build_experiment(config, workdir)
   start = time.perf_counter()

@@ -11,9 +11,11 @@ alone (`restore_weights`): the optimiser state, twice the parameters' bytes
 with AdamW, is never read.
 """
 
+import math
 import os
 
 from absl import logging
+from flax import traverse_util
 import jax
 import orbax.checkpoint as ocp
 
@@ -58,38 +60,40 @@ def item_handlers() -> dict:
 
 def path_str(path) -> str:
   """'params/head/kernel' for a jax key path."""
-  return '/'.join(str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))))
-                  for k in path)
+  return jax.tree_util.keystr(path, simple=True, separator='/')
 
 
 def leaves_by_path(tree) -> dict:
   """{'params/head/kernel': leaf} for every leaf of `tree`."""
-  return {path_str(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  return {path_str(p): v for p, v in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def tree_from_paths(flat: dict) -> dict:
   """The nested dicts of `leaves_by_path`'s output (for trees of dicts)."""
-  tree: dict = {}
-  for path, leaf in flat.items():
-    *parents, name = path.split('/')
-    node = tree
-    for part in parents:
-      node = node.setdefault(part, {})
-    node[name] = leaf
-  return tree
+  return traverse_util.unflatten_dict(flat, sep='/')
+
+
+def all_steps(workdir: str) -> list[int]:
+  """The steps of the work dir's complete checkpoints, in order, without
+  writing anything (--mode=eval may run beside the training that writes
+  them)."""
+  directory = os.path.abspath(os.path.join(workdir, LATEST_DIR))
+  if not os.path.isdir(directory):
+    return []
+  # create=False and no save: a manager that writes nothing.
+  manager = ocp.CheckpointManager(
+      directory, options=ocp.CheckpointManagerOptions(create=False),
+      item_handlers=item_handlers())
+  try:
+    return sorted(manager.all_steps())
+  finally:
+    manager.close()
 
 
 def latest_step(workdir: str) -> int | None:
   """The work dir's latest complete checkpoint, without creating anything."""
-  directory = os.path.abspath(os.path.join(workdir, LATEST_DIR))
-  if not os.path.isdir(directory):
-    return None
-  manager = ocp.CheckpointManager(
-      directory, options=ocp.CheckpointManagerOptions(create=False),
-      item_handlers=item_handlers())
-  step = manager.latest_step()
-  manager.close()
-  return step
+  steps = all_steps(workdir)
+  return steps[-1] if steps else None
 
 
 def best_steps(workdir: str) -> list[int]:
@@ -170,6 +174,10 @@ def _without_empty(tree: dict) -> dict:
   return {k: v for k, v in tree.items() if not isinstance(v, dict) or jax.tree.leaves(v)}
 
 
+def _save_args(state, meta: dict) -> ocp.args.Composite:
+  return ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+
+
 class Checkpointer:
   """The work dir's checkpoints: the last `keep` and optionally the best."""
 
@@ -181,7 +189,6 @@ class Checkpointer:
     self._best = (_manager(os.path.join(workdir, BEST_DIR), keep=1,
                            async_save=async_save, keep_best=True)
                   if keep_best else None)
-    self._best_accuracy = -1.0
 
   def latest_step(self) -> int | None:
     return self._latest.latest_step()
@@ -194,17 +201,27 @@ class Checkpointer:
     if step in self._latest.all_steps():
       return
     logging.info('Saving checkpoint %d', step)
-    self._latest.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-                      force=True)
+    self._latest.save(step, args=_save_args(state, meta), force=True)
 
   def save_if_best(self, step: int, state, meta: dict, accuracy: float) -> None:
-    if self._best is None or accuracy <= self._best_accuracy:
+    """Also writes checkpoint `step` into checkpoints_best/ if its accuracy
+    beats the best one kept there (by this run or an earlier one)."""
+    # A run killed after writing the best copy of a step but before its
+    # latest copy resumes before that step and reaches it again.
+    if self._best is None or step in self._best.all_steps():
       return
-    self._best_accuracy = accuracy
-    self._best.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+    if accuracy <= self._best_accuracy():  # the first of equals stays
+      return
+    self._best.save(step, args=_save_args(state, meta),
                     metrics={'accuracy': accuracy}, force=True)
+
+  def _best_accuracy(self) -> float:
+    """The accuracy of the checkpoint that orbax keeps as the best; -inf if
+    none. Orbax reads it from the checkpoint, so it holds across runs."""
+    self._best.wait_until_finished()  # a save in flight has no metrics on disk yet
+    best = self._best.best_step()
+    metrics = self._best.metrics(best) if best is not None else None
+    return -math.inf if metrics is None else metrics['accuracy']
 
   def restore(self, step: int, abstract_state):
     """(state, meta) of checkpoint `step`, laid out as `abstract_state` says."""

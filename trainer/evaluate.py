@@ -16,10 +16,8 @@ from trainer import agreement
 from trainer import checkpointing
 from trainer import device_input
 from trainer import experiment
-from trainer import metrics_log
 from trainer import progress
 from trainer import step_functions
-from trainer import unreadable
 from trainer import validation
 
 _PROGRESS_EVERY_S = 30.0
@@ -121,22 +119,24 @@ def choose_checkpoint(workdir: str, choice: str | int, latest_steps: list[int]) 
 
 
 def evaluate_checkpoint(config, workdir: str) -> dict:
-  """--mode=eval: restore a checkpoint's weights, evaluate, log, return the
+  """--mode=eval: restore a checkpoint's weights, evaluate, return the
   summary. The optimiser state is not read: the parameters and batch
-  statistics go straight onto their shardings."""
+  statistics go straight onto their shardings. Nothing is written into the
+  work dir, so it may run beside the training that owns it."""
   choice = validation.eval_checkpoint(config.eval.checkpoint)
-  checkpointer = checkpointing.Checkpointer(workdir, keep=config.checkpoint.keep)
-  directory, step = choose_checkpoint(workdir, choice, checkpointer.all_steps())
+  directory, step = choose_checkpoint(workdir, choice, checkpointing.all_steps(workdir))
   exp = experiment.build_experiment(config, workdir, eval_only=True)
-  checkpointer.close()
+  agreement.check_same_run(config, num_eval_examples=exp.dataset.num_eval_examples,
+                           eval_checkpoint=f'{os.path.basename(directory)}/{step}')
   state = checkpointing.restore_weights(directory, step, exp.abstract_state)
   exp = weights_only(exp)
   summary = {'step': step, **run_evaluation(exp, compile_eval_step(exp), state)}
-  unreadable.UnreadableExamples(workdir, exp.dataset, process_count=jax.process_count(),
-                                is_chief=jax.process_index() == 0).update()
-  log = metrics_log.MetricsLog(workdir, enabled=jax.process_index() == 0)
-  log.write({'split': 'eval', 'source': 'eval_mode', **summary})
-  log.close()
+  if summary['num_unreadable']:
+    # Named here, not in unreadable_files.txt: eval writes nothing there.
+    names = sorted(set().union(*exp.dataset.unreadable_examples().values()))
+    logging.warning('%d unreadable examples left out of the evaluation%s',
+                    summary['num_unreadable'],
+                    f', e.g. {", ".join(names[:5])}' if names else '')
   logging.info('Evaluated step %d: top-1 %.4f, top-5 %.4f over %d examples',
                step, summary['accuracy'], summary['top5'], summary['num_examples'])
   return summary

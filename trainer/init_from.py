@@ -35,10 +35,11 @@ def source_directory(init_from: str) -> str:
   return nested if os.path.isdir(nested) else path
 
 
-def _plan(state, init_config):
+def _plan(state, init_config, step: int | None = None):
   """What to restore from where; UsageError if the checkpoint does not fit.
 
-  `state` may be abstract (shapes and shardings only).
+  `state` may be abstract (shapes and shardings only). `step`: the source
+  checkpoint, if already chosen; else init.checkpoint_step's.
   """
   directory = source_directory(init_config.from_workdir)
   if not os.path.isdir(directory):
@@ -52,7 +53,8 @@ def _plan(state, init_config):
     if not steps:
       raise UsageError(f'init.from_workdir={init_config.from_workdir}: no checkpoint '
                        f'in {directory}')
-    step = init_config.checkpoint_step if init_config.checkpoint_step >= 0 else max(steps)
+    if step is None:
+      step = init_config.checkpoint_step if init_config.checkpoint_step >= 0 else max(steps)
     if step not in steps:
       raise UsageError(f'init.checkpoint_step={step}: not in {directory}; available: '
                        f'{", ".join(map(str, sorted(steps)))}')
@@ -83,14 +85,16 @@ def _plan(state, init_config):
   return directory, step, target, ours
 
 
-def check(abstract_state, init_config) -> None:
-  """Validates init.* against this run's state before anything is written."""
-  _plan(abstract_state, init_config)
+def check(abstract_state, init_config) -> int:
+  """Validates init.* against this run's state before anything is written;
+  returns the source checkpoint's step."""
+  return _plan(abstract_state, init_config)[1]
 
 
-def initialize_from(state, init_config):
-  """`state` with parameters and batch statistics taken from the source run."""
-  directory, step, target, ours = _plan(state, init_config)
+def initialize_from(state, init_config, step: int | None = None):
+  """`state` with parameters and batch statistics taken from the source run
+  (from its checkpoint `step`, if given: the one `check` chose)."""
+  directory, step, target, ours = _plan(state, init_config, step)
   loaded = checkpointing.leaves_by_path(
       checkpointing.restore_subset(directory, step, checkpointing.tree_from_paths(target)))
 

@@ -44,12 +44,22 @@ def _bytes_per_device(tree) -> int:
 
 
 def report(compiled, abstract_state) -> MemoryReport:
+  """A compiled step's memory, with the state's bytes from its shardings."""
+  return program_report(
+      compiled, params=_bytes_per_device(abstract_state.params),
+      opt_state=_bytes_per_device(abstract_state.opt_state),
+      batch_stats=_bytes_per_device(abstract_state.batch_stats))
+
+
+def program_report(compiled, *, params: int, opt_state: int,
+                   batch_stats: int) -> MemoryReport:
+  """A compiled program's memory on one device, with the bytes of state it
+  holds there as the caller counts them (the parameter-server workers keep
+  a whole copy of the variables and no optimiser state)."""
   analysis = compiled.memory_analysis()
   get = lambda name: int(getattr(analysis, name, 0) or 0) if analysis else 0
   return MemoryReport(
-      params=_bytes_per_device(abstract_state.params),
-      opt_state=_bytes_per_device(abstract_state.opt_state),
-      batch_stats=_bytes_per_device(abstract_state.batch_stats),
+      params=params, opt_state=opt_state, batch_stats=batch_stats,
       arguments=get('argument_size_in_bytes'),
       outputs=get('output_size_in_bytes'),
       aliased=get('alias_size_in_bytes'),
@@ -64,16 +74,20 @@ def device_capacity(configured_gib: float) -> int | None:
   return stats.get('bytes_limit')
 
 
-def check_fits(memory: MemoryReport, capacity: int | None) -> None:
+# What to change when the SPMD train step does not fit.
+SPMD_REMEDY = ('Shard the state over more devices (mesh.fsdp, or mesh.shard_update '
+               'for the optimiser state), recompute activations (model.remat=full), '
+               'or lower the per-device batch (batch_size, or grad_accum_steps)')
+
+
+def check_fits(memory: MemoryReport, capacity: int | None, *,
+               what: str = 'the train step', remedy: str = SPMD_REMEDY) -> None:
   """UsageError saying by how much and what to change when it does not fit."""
   if capacity is None or memory.peak <= capacity:
     return
   raise UsageError(
-      f'the train step does not fit: it needs about {memory.peak / GIB:.2f} GiB '
+      f'{what} does not fit: it needs about {memory.peak / GIB:.2f} GiB '
       f'per device but the device has {capacity / GIB:.2f} GiB '
       f'({(memory.peak - capacity) / GIB:.2f} GiB short; parameters + optimiser '
       f'state {(memory.params + memory.opt_state) / GIB:.2f} GiB, temporaries '
-      f'{memory.temporaries / GIB:.2f} GiB). Shard the state over more devices '
-      '(mesh.fsdp, or mesh.shard_update for the optimiser state), recompute '
-      'activations (model.remat=full), or lower the per-device batch '
-      '(batch_size, or grad_accum_steps)')
+      f'{memory.temporaries / GIB:.2f} GiB). {remedy}')

@@ -1,8 +1,116 @@
-"""Turns SIGTERM and Ctrl-C into "save, then stop" at a step boundary."""
+"""Turns SIGTERM and Ctrl-C into a clean stop: exit 75, nothing lost.
 
+Two phases, one owner of the signals at a time:
+  - start-up (main.py calls `stop_start_up_on_signal` first thing): nothing
+    has been trained, so there is nothing to save, and the process leaves at
+    once with exit 75. Start-up is minutes on a cluster (distributed init,
+    data listing, compile) and most of it is spent in native code, where a
+    Python signal handler waits until the call returns (the distributed init
+    waits up to runtime.init_timeout_s for its peers). So the handler raises
+    `StoppedBeforeStart` in the main thread, which unwinds (releasing the
+    work dir's lock) whenever it runs Python, and a watcher thread, woken
+    by the signal itself (signal.set_wakeup_fd), ends the process after
+    _UNWIND_S if the main thread is still held in native code;
+  - the training loop (`StopRequest`, created just before it): the signal
+    asks the loop to finish the current step, save and exit 75.
+`StopRequest` takes the signals over from the start-up guard and, when the
+loop ends, restores the handlers that were there before either.
+"""
+
+import os
 import signal
+import threading
+import time
 
 from absl import logging
+
+from configs.errors import EXIT_PREEMPTED
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# How long the main thread has to unwind from StoppedBeforeStart on its own
+# (milliseconds when it runs Python) before the watcher ends the process.
+_UNWIND_S = 2.0
+
+
+class StoppedBeforeStart(BaseException):
+  """A stop signal during start-up: nothing trained yet, nothing to save.
+
+  A BaseException, like KeyboardInterrupt, so that no `except Exception` on
+  the way up takes it for an error; main.py turns it into exit 75.
+  """
+
+
+def stopped_before_start_message(signum: int) -> str:
+  return (f'stopped by {signal.Signals(signum).name} before any step was trained '
+          '(nothing to save); rerun the same command')
+
+
+class _StartUpGuard:
+  """The start-up phase's signal handling (one per process)."""
+
+  def __init__(self):
+    self.lock = threading.Lock()
+    self.armed = False
+    self.original_handlers = {}
+    self.previous_wakeup_fd = -1
+    self.wakeup_write_fd = -1
+
+  def arm(self) -> None:
+    read_fd, self.wakeup_write_fd = os.pipe()
+    os.set_blocking(self.wakeup_write_fd, False)  # set_wakeup_fd requires it
+    for sig in STOP_SIGNALS:
+      self.original_handlers[sig] = signal.signal(sig, self._raise_in_main_thread)
+    self.previous_wakeup_fd = signal.set_wakeup_fd(self.wakeup_write_fd,
+                                                   warn_on_full_buffer=False)
+    self.armed = True
+    threading.Thread(target=self._end_if_held_in_native_code, args=(read_fd,),
+                     name='stop-during-start-up', daemon=True).start()
+
+  def disarm(self) -> dict:
+    """Ends the start-up phase; returns the handlers from before it ({} if
+    it was not armed)."""
+    with self.lock:  # after this, the watcher leaves the process alone
+      if not self.armed:
+        return {}
+      self.armed = False
+    signal.set_wakeup_fd(self.previous_wakeup_fd)
+    os.close(self.wakeup_write_fd)  # the watcher reads EOF and ends
+    return self.original_handlers
+
+  def _raise_in_main_thread(self, signum, frame):
+    del frame
+    if self.armed:
+      raise StoppedBeforeStart(stopped_before_start_message(signum))
+
+  def _end_if_held_in_native_code(self, read_fd: int) -> None:
+    stop_numbers = {int(s) for s in STOP_SIGNALS}
+    try:
+      while True:
+        received = os.read(read_fd, 64)  # the numbers of the signals caught
+        if not received:
+          return  # disarmed: the training loop owns the signals now
+        signums = [n for n in received if n in stop_numbers]
+        if signums:
+          break
+      time.sleep(_UNWIND_S)
+      with self.lock:
+        if self.armed:
+          try:  # like main.py's last line; stderr may be gone with the launcher
+            os.write(2, (stopped_before_start_message(signums[0]) + '\n').encode())
+          finally:
+            os._exit(EXIT_PREEMPTED)  # pylint: disable=protected-access
+    finally:
+      os.close(read_fd)
+
+
+_start_up = _StartUpGuard()
+
+
+def stop_start_up_on_signal() -> None:
+  """From now until the training loop starts (StopRequest), SIGTERM and
+  SIGINT end this process promptly with exit 75. Call from the main thread."""
+  if not _start_up.armed:
+    _start_up.arm()
 
 
 class StopRequest:
@@ -15,9 +123,10 @@ class StopRequest:
 
   def __init__(self):
     self._requested = False
-    self._previous = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-      self._previous[sig] = signal.signal(sig, self._handle)
+    previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+    # Handlers first, then the start-up guard off: a signal in between is
+    # this object's (the loop then saves and stops) or ended the start-up.
+    self._previous = _start_up.disarm() or previous
 
   def _handle(self, signum, frame):
     del frame

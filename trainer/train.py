@@ -1,9 +1,11 @@
 """The training loop: restore or create state, step, log, evaluate, checkpoint."""
 
+import contextlib
 import dataclasses
 import errno
 import os
 import time
+from typing import Callable
 
 from absl import logging
 import jax
@@ -26,6 +28,7 @@ from trainer import preemption
 from trainer import profiling
 from trainer import state as state_lib
 from trainer import unreadable
+from trainer import workdir_lock
 
 
 class NonFiniteLoss(RunFailure):
@@ -56,14 +59,40 @@ def _prepare_workdir(exp: experiment.Experiment, workdir: str) -> None:
     folder.write_class_map(class_map_path, exp.dataset.class_names)
 
 
-def _initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Checkpointer,
-                   saved_length: tuple[int, int] | None):
-  """The latest checkpoint's state if there is one, else a fresh state.
+@dataclasses.dataclass(frozen=True)
+class _Start:
+  """Where training starts, as every process agreed (_choose_start)."""
+  resume_step: int | None  # the checkpoint to resume from; None: a fresh state
+  init_step: int | None  # init.from_workdir's checkpoint for a fresh state; None: none
+  # (steps per epoch, total steps) of the saved config, for checkpoints whose
+  # metadata predates recording them; None: no saved config.
+  saved_length: tuple[int, int] | None
 
-  saved_length: (steps per epoch, total steps) of the saved config, for
-  checkpoints whose metadata predates recording them.
-  """
-  latest = checkpointer.latest_step()
+
+def _choose_start(exp: experiment.Experiment, workdir: str) -> _Start:
+  """Where this run starts, checked to be the same on every process before
+  anything is compiled or written (trainer/agreement.py)."""
+  config = exp.config
+  resume_step = checkpointing.latest_step(workdir)
+  # init.* says how a run starts: once the work dir has a checkpoint, the
+  # source is neither read nor needed (it may be gone).
+  init_step = (init_from.check(exp.abstract_state, config.init)
+               if config.init.from_workdir and resume_step is None else None)
+  agreement_lib.check_same_run(
+      config, num_train_examples=exp.dataset.num_train_examples,
+      num_eval_examples=exp.dataset.num_eval_examples, total_steps=exp.total_steps,
+      resume_step=resume_step, init_step=init_step)
+  saved = schema.load_saved(workdir)  # before this run's replaces it
+  saved_length = (experiment.training_length(saved, exp.dataset.num_train_examples)
+                  if saved is not None else None)
+  return _Start(resume_step, init_step, saved_length)
+
+
+def _initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Checkpointer,
+                   start: _Start):
+  """The state of the checkpoint to resume from if there is one, else a
+  fresh state (initialised from init.from_workdir's checkpoint if set)."""
+  latest, saved_length = start.resume_step, start.saved_length
   if latest is not None:
     state, meta = checkpointer.restore(latest, exp.abstract_state)
     logging.info('Resuming from step %d', latest)
@@ -77,8 +106,8 @@ def _initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Check
     return state
   state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
                                        exp.state_shardings, exp.config.seed)
-  if exp.config.init.from_workdir:
-    state = init_from.initialize_from(state, exp.config.init)
+  if start.init_step is not None:
+    state = init_from.initialize_from(state, exp.config.init, start.init_step)
   logging.info('Initialised %s: %s parameters', exp.config.model.name,
                f'{state_lib.count_params(state.params):,}')
   return state
@@ -107,20 +136,21 @@ def schedule_change_warning(config, step: int, old_length: tuple[int, int],
 
 def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   """Trains to config's length, resuming from the work dir's latest checkpoint."""
+  # Before anything reads or writes the work dir: one run owns it.
+  with workdir_lock.hold(workdir, 'train', process_index=jax.process_index(),
+                         process_count=jax.process_count()):
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
   # --- Mesh, data, model, optimiser: everything the config determines.
   exp = experiment.build_experiment(config, workdir)
-  # init.* says how a run starts: once the work dir has a checkpoint, the
-  # source is neither read nor needed (it may be gone).
-  if config.init.from_workdir and checkpointing.latest_step(workdir) is None:
-    init_from.check(exp.abstract_state, config.init)
+  start = _choose_start(exp, workdir)
   # --- Engine and steps: compiled (and the engine's config checked) before
   # the work dir is touched, so a config that does not fit the device memory
   # or the engine stops here with nothing written.
   engine = engines.create_engine(exp)
   eval_fn = evaluate.compile_eval_step(exp)
-  saved = schema.load_saved(workdir)  # before this run's replaces it
-  saved_length = (experiment.training_length(saved, exp.dataset.num_train_examples)
-                  if saved is not None else None)
   _prepare_workdir(exp, workdir)
   is_chief = jax.process_index() == 0
   log = metrics_log.MetricsLog(workdir, enabled=is_chief)
@@ -134,8 +164,9 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   tracer = profiling.StepTracer(workdir, config.profile_steps, enabled=is_chief)
   outcome, error = None, None
   try:
-    outcome = _train_loop(exp, engine, eval_fn, log, checkpointer, stop,
-                          unreadable_examples, saved_length, utilization, tracer)
+    outcome = _train_loop(
+        _Run(exp, engine, eval_fn, log, checkpointer, unreadable_examples, utilization),
+        start, stop, tracer)
   except Exception as e:  # pylint: disable=broad-except
     error = e
   finally:
@@ -193,47 +224,41 @@ def _disk_full_cause(error: BaseException) -> str | None:
   return None
 
 
-def _train_loop(exp, engine, eval_fn, log, checkpointer, stop, unreadable_examples,
-                saved_length, utilization, tracer) -> TrainOutcome:
-  config = exp.config
-  # --- State: restored (resume after preemption) or created sharded, then
-  # handed to the engine, which owns it from here on.
-  state = _initial_state(exp, checkpointer, saved_length)
-  start_step = int(jax.device_get(state.step))
-  engine.start(state)
-  del state
+@dataclasses.dataclass(frozen=True)
+class _Run:
+  """What the loop's steps work with, built by train_and_evaluate."""
+  exp: experiment.Experiment
+  engine: engines.Engine
+  eval_fn: Callable
+  log: metrics_log.MetricsLog
+  checkpointer: checkpointing.Checkpointer
+  unreadable_examples: unreadable.UnreadableExamples
+  utilization: mfu.Utilization
+
+
+class _Interval:
+  """The steps since the last progress line: their metrics, as the engine
+  hands them over, and their wall time less evaluations and saves."""
+
+  def __init__(self, first_step: int):
+    self.first_step = first_step  # the step before the interval's first
+    self.records: list[dict] = []
+    self.start = time.perf_counter()
+
+  @contextlib.contextmanager
+  def excluded(self):
+    """Time spent inside is not step time."""
+    began = time.perf_counter()
+    yield
+    self.start += time.perf_counter() - began
+
+
+def _train_loop(run: _Run, start: _Start, stop: preemption.StopRequest,
+                tracer: profiling.StepTracer) -> TrainOutcome:
+  exp, engine, config = run.exp, run.engine, run.exp.config
+  start_step = _start_engine(run, start)
   total = exp.total_steps
   eval_every = config.eval_every_steps or exp.steps_per_epoch
-  logging.info('Mesh %s; engine %s; global batch %d; %d steps (%d per epoch); '
-               'from step %d', dict(exp.mesh.shape), config.engine,
-               config.batch_size, total, exp.steps_per_epoch, start_step)
-
-  def collect():
-    """Metrics of the steps since the last collect; stops on a non-finite one."""
-    records = engine.collect_metrics()
-    first = interval_first + len(pending)
-    pending.extend(records)
-    if config.nonfinite != 'stop':
-      return
-    bad = [first + 1 + i for i, m in enumerate(records) if not m['finite']]
-    if bad:
-      kept = checkpointer.latest_step()
-      raise NonFiniteLoss(
-          f'the loss or gradients became non-finite at step {bad[0]}; stopped '
-          f'without saving it (last good checkpoint: '
-          f'{"step " + str(kept) if kept is not None else "none"}). Lower '
-          'learning_rate, set grad_clip_norm, or nonfinite=skip')
-
-  def save(step, eval_metrics=None):
-    collect()
-    state = engine.state()
-    # The schedule's length, so that a resume with another length can say
-    # how the learning rate jumps (schedule_change_warning).
-    meta = {'step': step, 'total_steps': total,
-            'steps_per_epoch': exp.steps_per_epoch}
-    checkpointer.save(step, state, meta)
-    if eval_metrics is not None:
-      checkpointer.save_if_best(step, state, meta, eval_metrics['accuracy'])
 
   # --- Input: the stream is a pure function of (seed, step), so resuming at
   # start_step continues exactly where the interrupted run stopped.
@@ -241,87 +266,151 @@ def _train_loop(exp, engine, eval_fn, log, checkpointer, stop, unreadable_exampl
       exp.dataset.train_batches(start_step), engine.batch_sharding,
       size=config.data.prefetch_batches)
 
-  # --- Loop.
+  # --- Loop: a step, then what is due after it (progress line, evaluation,
+  # the processes' agreement, a save, a stop), in that order.
   agreement = agreement_lib.Agreement(jax.process_count(),
                                       config.runtime.agree_every_steps)
-  eval_metrics, pending, last_save = None, [], time.monotonic()
-  interval_start, interval_first = time.perf_counter(), start_step
+  interval, eval_metrics, last_save = _Interval(start_step), None, time.monotonic()
   step = start_step
   while step < total:
     tracer.before_step(step)
     engine.step(next(batches))
     step += 1
     tracer.after_step(step, engine.state)
-    if step == config.debug.fail_at_step and jax.process_index() in (
-        config.debug.fail_process, -1):
-      raise RuntimeError(f'debug.fail_at_step={step}: the failure this key injects, '
-                         f'on process {jax.process_index()}')
-
+    _fail_if_injected(config, step)
     if step % config.log_every_steps == 0 or step == total:
-      collect()
-      summary = {k: float((np.max if k.endswith('_max') else np.mean)(
-          [m[k] for m in pending])) for k in pending[0]}
-      summary['nonfinite_steps'] = int(sum(1 - m['finite'] for m in pending))
-      del summary['finite']
-      unreadable_examples.update()
-      elapsed = time.perf_counter() - interval_start
-      steps_done = step - interval_first
-      step_time = elapsed / steps_done
-      log.write({'step': step, 'split': 'train', **summary,
-                 'images_per_sec': config.batch_size / step_time,
-                 'mfu': utilization.of(step_time),
-                 'step_time_s': step_time,
-                 'input_wait_s': batches.pop_wait_s() / steps_done,
-                 # distinct unreadable files so far (unreadable_files.txt)
-                 'num_unreadable_files': unreadable_examples.count()})
-      logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | MFU %.1f%% | '
-                   'ETA %s%s', step, total, summary['loss'], summary['accuracy'],
-                   config.batch_size / step_time, 100 * utilization.of(step_time),
-                   _format_eta(step_time * (total - step)),
-                   _time_split(summary))
-      pending, interval_start, interval_first = [], time.perf_counter(), step
-
-    if step % eval_every == 0 or step == total:
-      eval_start = time.perf_counter()
-      eval_metrics = evaluate.run_evaluation(exp, eval_fn, engine.state())
-      unreadable_examples.update()
-      log.write({'step': step, 'split': 'eval', **eval_metrics})
-      logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
-                   step, eval_metrics['accuracy'], eval_metrics['top5'],
-                   eval_metrics['loss'], eval_metrics['num_examples'])
-      interval_start += time.perf_counter() - eval_start  # not step time
-
+      interval = _log_progress(run, interval, step, batches)
+    evaluated = step % eval_every == 0 or step == total
+    if evaluated:
+      with interval.excluded():
+        eval_metrics = _evaluate(run, step)
     if step == config.debug.pause_at_step:
       _pause_until_stop_requested(step, stop)
-    stop_now = due_minutes = False
-    if agreement.due(step):
-      stop_now, due_minutes = agreement.decide(
-          stop.requested(),
-          config.checkpoint.every_minutes > 0 and
-          time.monotonic() - last_save > 60 * config.checkpoint.every_minutes)
-    if step % config.checkpoint.every_steps == 0 or step == total or due_minutes:
-      save_start = time.perf_counter()
-      save(step, eval_metrics if step % eval_every == 0 or step == total else None)
+    stop_now, save_due_by_clock = _agree(agreement, stop, config, step, last_save)
+    if step % config.checkpoint.every_steps == 0 or step == total or save_due_by_clock:
+      with interval.excluded():
+        _save(run, interval, step, eval_metrics if evaluated else None)
       last_save = time.monotonic()
-      interval_start += time.perf_counter() - save_start  # not step time
-
     if step < total and stop_now:
-      save(step)
-      checkpointer.wait()
+      _save(run, interval, step)
+      run.checkpointer.wait()
       logging.warning('Stopped at step %d after saving; rerun the same command '
                       'to resume.', step)
       return TrainOutcome(step=step, preempted=True, eval_metrics=eval_metrics)
 
   if start_step >= total:
     logging.info('Already trained to step %d; evaluating the final state.', start_step)
-    eval_metrics = evaluate.run_evaluation(exp, eval_fn, engine.state())
-    unreadable_examples.update()
-    log.write({'step': step, 'split': 'eval', **eval_metrics})
-  checkpointer.wait()
+    eval_metrics = _evaluate(run, step)
+  run.checkpointer.wait()
   if eval_metrics is not None:
     logging.info('Final eval at step %d: top-1 %.4f over %d examples',
                  step, eval_metrics['accuracy'], eval_metrics['num_examples'])
   return TrainOutcome(step=step, preempted=False, eval_metrics=eval_metrics)
+
+
+def _start_engine(run: _Run, start: _Start) -> int:
+  """Hands the engine its initial state; returns the step it is at."""
+  # Restored (resume after preemption) or created sharded; the engine owns
+  # it from here on.
+  exp, config = run.exp, run.exp.config
+  state = _initial_state(exp, run.checkpointer, start)
+  start_step = int(jax.device_get(state.step))
+  run.engine.start(state)
+  logging.info('Mesh %s; engine %s; global batch %d; %d steps (%d per epoch); '
+               'from step %d', dict(exp.mesh.shape), config.engine,
+               config.batch_size, exp.total_steps, exp.steps_per_epoch, start_step)
+  return start_step
+
+
+def _fail_if_injected(config, step: int) -> None:
+  """debug.fail_at_step: the failure the tests inject."""
+  if step == config.debug.fail_at_step and jax.process_index() in (
+      config.debug.fail_process, -1):
+    raise RuntimeError(f'debug.fail_at_step={step}: the failure this key injects, '
+                       f'on process {jax.process_index()}')
+
+
+def _collect(run: _Run, interval: _Interval) -> None:
+  """Adds the metrics of the steps since the last collect to `interval`;
+  stops the run at a non-finite one (nonfinite=stop)."""
+  records = run.engine.collect_metrics()
+  first = interval.first_step + len(interval.records)
+  interval.records.extend(records)
+  if run.exp.config.nonfinite != 'stop':
+    return
+  bad = [first + 1 + i for i, m in enumerate(records) if not m['finite']]
+  if bad:
+    kept = run.checkpointer.latest_step()
+    raise NonFiniteLoss(
+        f'the loss or gradients became non-finite at step {bad[0]}; stopped '
+        f'without saving it (last good checkpoint: '
+        f'{"step " + str(kept) if kept is not None else "none"}). Lower '
+        'learning_rate, set grad_clip_norm, or nonfinite=skip')
+
+
+def _log_progress(run: _Run, interval: _Interval, step: int,
+                  batches: device_input.DevicePrefetcher) -> _Interval:
+  """Writes the train record of `interval` (ending at `step`) and its
+  progress line; returns the next interval."""
+  config, total = run.exp.config, run.exp.total_steps
+  _collect(run, interval)
+  summary = {k: float((np.max if k.endswith('_max') else np.mean)(
+      [m[k] for m in interval.records])) for k in interval.records[0]}
+  summary['nonfinite_steps'] = int(sum(1 - m['finite'] for m in interval.records))
+  del summary['finite']
+  run.unreadable_examples.update()
+  steps_done = step - interval.first_step
+  step_time = (time.perf_counter() - interval.start) / steps_done
+  run.log.write({'step': step, 'split': 'train', **summary,
+                 'images_per_sec': config.batch_size / step_time,
+                 'mfu': run.utilization.of(step_time),
+                 'step_time_s': step_time,
+                 'input_wait_s': batches.pop_wait_s() / steps_done,
+                 # distinct unreadable files so far (unreadable_files.txt)
+                 'num_unreadable_files': run.unreadable_examples.count()})
+  logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | MFU %.1f%% | '
+               'ETA %s%s', step, total, summary['loss'], summary['accuracy'],
+               config.batch_size / step_time, 100 * run.utilization.of(step_time),
+               _format_eta(step_time * (total - step)),
+               _time_split(summary))
+  return _Interval(step)
+
+
+def _evaluate(run: _Run, step: int) -> dict:
+  """Evaluates the engine's state; writes the eval record and logs it."""
+  eval_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, run.engine.state())
+  run.unreadable_examples.update()
+  run.log.write({'step': step, 'split': 'eval', **eval_metrics})
+  logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
+               step, eval_metrics['accuracy'], eval_metrics['top5'],
+               eval_metrics['loss'], eval_metrics['num_examples'])
+  return eval_metrics
+
+
+def _agree(agreement: agreement_lib.Agreement, stop: preemption.StopRequest, config,
+           step: int, last_save: float) -> tuple[bool, bool]:
+  """(stop now, save now because checkpoint.every_minutes passed), as every
+  process decides alike; both False between agreement steps."""
+  if not agreement.due(step):
+    return False, False
+  return agreement.decide(
+      stop.requested(),
+      config.checkpoint.every_minutes > 0 and
+      time.monotonic() - last_save > 60 * config.checkpoint.every_minutes)
+
+
+def _save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None = None) -> None:
+  """Starts saving the engine's state as checkpoint `step`, and as the best
+  one if `eval_metrics` (this step's) beat it."""
+  _collect(run, interval)
+  state = run.engine.state()
+  # The schedule's length, so that a resume with another length can say
+  # how the learning rate jumps (schedule_change_warning).
+  meta = {'step': step, 'total_steps': run.exp.total_steps,
+          'steps_per_epoch': run.exp.steps_per_epoch}
+  run.checkpointer.save(step, state, meta)
+  if eval_metrics is not None:
+    run.checkpointer.save_if_best(step, state, meta, eval_metrics['accuracy'])
 
 
 def _pause_until_stop_requested(step: int, stop: preemption.StopRequest) -> None:

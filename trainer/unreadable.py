@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from configs import atomic
 from trainer import agreement
 
 FILE_NAME = 'unreadable_files.txt'
@@ -71,10 +72,8 @@ class UnreadableExamples:
       return
     self._names |= added
     if self._is_chief:
-      tmp = self._path + '.tmp'
-      with open(tmp, 'w', encoding='utf-8') as f:
-        f.write(''.join(name + '\n' for name in sorted(self._names)))
-      os.replace(tmp, self._path)
+      atomic.write_text(self._path,
+                        ''.join(name + '\n' for name in sorted(self._names)))
 
   def _exchange(self, new: list[str]) -> list[str]:
     """The union of every process's `new`: a gather of the sizes, and of the

@@ -9,6 +9,7 @@ import math
 
 import ml_collections
 
+from configs import schema
 from configs.errors import UsageError
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
@@ -20,6 +21,10 @@ PS_MODES = ('sync', 'async')
 PS_PARTITIONERS = ('greedy', 'round_robin')
 NONFINITE = ('stop', 'skip')
 CLUSTERS = ('auto', 'slurm', 'ompi', 'none')
+# Seeds are 32-bit: JAX's keys take the seed modulo 2**32 without x64, so two
+# seeds further apart would start from the same parameters.
+SEED_RANGE = (0, 2**32 - 1)
+_MAX_STEP_DIGITS = 18  # below 2**63: a step is an int64
 
 
 def _one_of(key: str, value, accepted) -> None:
@@ -52,7 +57,9 @@ def eval_checkpoint(text: str) -> str | int:
   """eval.checkpoint: 'latest', 'best' or a step number (int)."""
   if text in ('latest', 'best'):
     return text
-  if text.isdigit():
+  # ASCII digits only: int() would also take other scripts' digits, and
+  # 4300 digits or more not at all.
+  if text.isascii() and text.isdigit() and len(text) <= _MAX_STEP_DIGITS:
     return int(text)
   raise UsageError(f'eval.checkpoint={text!r} is not accepted; use latest, best '
                    'or a step number')
@@ -61,28 +68,67 @@ def eval_checkpoint(text: str) -> str | int:
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Value checks that need neither devices nor data (input_pipeline checks
   config.data itself)."""
+  _check_model(config)
+  _check_length_and_batch(config)
+  _check_optimizer(config)
+  _check_parallelism(config)
+  _check_plan_and_study(config)
+  _check_faults_and_init(config)
+  _check_cadences(config)
+  _check_evaluation(config)
+  _check_runtime(config)
+
+
+def _check_model(config: ml_collections.ConfigDict) -> None:
   # The accepted values come from models/ itself, so they cannot drift.
   from models import conv_forms, registry, remat  # pylint: disable=g-import-not-at-top
-  _one_of('model.name', config.model.name, registry.MODEL_NAMES)
-  _one_of('model.dtype', config.model.dtype, registry.DTYPES)
-  _one_of('model.remat', config.model.remat, remat.MODES)
-  _one_of('model.conv_form', config.model.conv_form, ('auto',) + conv_forms.FORMS)
-  _at_least('model.num_classes', config.model.num_classes, 0)
-  _at_least('model.width', config.model.width, 0)
-  _at_least('model.depth', config.model.depth, 0)
-  if config.model.depth and not registry.is_vit(config.model.name):
-    raise UsageError(f'model.depth={config.model.depth}: only ViT models take '
-                     f'a depth; {config.model.name} has its depth in its name')
-  _at_least('model.bn_group_size', config.model.bn_group_size, 0)
+  model = config.model
+  _one_of('model.name', model.name, registry.MODEL_NAMES)
+  _one_of('model.dtype', model.dtype, registry.DTYPES)
+  _one_of('model.remat', model.remat, remat.MODES)
+  _one_of('model.conv_form', model.conv_form, ('auto',) + conv_forms.FORMS)
+  _at_least('model.num_classes', model.num_classes, 0)
+  _at_least('model.width', model.width, 0)
+  _at_least('model.depth', model.depth, 0)
+  if model.depth and not registry.is_vit(model.name):
+    raise UsageError(f'model.depth={model.depth}: only ViT models take '
+                     f'a depth; {model.name} has its depth in its name')
+  _at_least('model.bn_group_size', model.bn_group_size, 0)
+  _check_model_sizes('model.width', model.name, model.width,
+                     config.data.image_size)
 
+
+def _check_model_sizes(width_key: str, name: str, width: int,
+                       image_size: int) -> None:
+  """The model's own rules on its width and image size (models/registry.py)."""
+  if image_size <= 0:
+    return  # the data check refuses it, in its own words
+  from models import registry  # pylint: disable=g-import-not-at-top
+  problems = registry.size_problems(name, width=width, image_size=image_size)
+  keys = {'width': f'{width_key}={width}', 'image_size': f'data.image_size={image_size}'}
+  if problems:
+    argument, problem = next(iter(problems.items()))
+    raise UsageError(f'{keys[argument]} does not fit {name}: {problem}')
+
+
+def _check_length_and_batch(config: ml_collections.ConfigDict) -> None:
+  """How long training runs, on what batches, from which seed."""
   _at_least('batch_size', config.batch_size, 1)
   _at_least('bench.steps', config.bench.steps, 1)
   _at_least('bench.warmup_steps', config.bench.warmup_steps, 0)
   profile_steps(config.profile_steps)
   _at_least('num_train_steps', config.num_train_steps, 0)
+  _at_least('num_epochs', config.num_epochs, 0.0)
   if config.num_train_steps == 0 and not config.num_epochs > 0:
     raise UsageError(f'num_epochs={config.num_epochs!r} must be > 0 '
                      'when num_train_steps is 0')
+  if not SEED_RANGE[0] <= config.seed <= SEED_RANGE[1]:
+    raise UsageError(f'seed={config.seed} must be in [{SEED_RANGE[0]}, '
+                     f'{SEED_RANGE[1]}] (a 32-bit seed)')
+  _at_least('grad_accum_steps', config.grad_accum_steps, 1)
+
+
+def _check_optimizer(config: ml_collections.ConfigDict) -> None:
   _one_of('optimizer', config.optimizer, OPTIMIZERS)
   for key in ('learning_rate', 'weight_decay', 'warmup_epochs', 'momentum',
               'grad_clip_norm'):
@@ -94,12 +140,15 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _one_of('lr_schedule', config.lr_schedule, LR_SCHEDULES)
   if not 0.0 <= config.label_smoothing < 1.0:
     raise UsageError(f'label_smoothing={config.label_smoothing!r} must be in [0, 1)')
-  _at_least('grad_accum_steps', config.grad_accum_steps, 1)
   if not math.isfinite(config.mixup_alpha) or config.mixup_alpha < 0:
     raise UsageError(f'mixup_alpha={config.mixup_alpha!r} must be >= 0 (0: off)')
   if not 0.0 <= config.momentum < 1.0:
     raise UsageError(f'momentum={config.momentum!r} must be in [0, 1)')
+  _one_of('nonfinite', config.nonfinite, NONFINITE)
 
+
+def _check_parallelism(config: ml_collections.ConfigDict) -> None:
+  """The mesh, the sharding rules and the engine."""
   sizes = [config.mesh[axis] for axis in MESH_AXES]
   for axis, size in zip(MESH_AXES, sizes):
     if size == 0 or size < -1:
@@ -109,32 +158,43 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise UsageError('mesh: at most one axis may be -1, got '
                      + ', '.join(f'{a}={s}' for a, s in zip(MESH_AXES, sizes)))
   for rule in config.sharding_rules:
-    if len(rule) != 2 or not all(isinstance(part, str) for part in rule):
-      raise UsageError(f'sharding_rules: {rule!r} must be a pair '
+    if not (isinstance(rule, tuple) and len(rule) == 2 and
+            all(isinstance(part, str) for part in rule)):
+      raise UsageError(f'sharding_rules: {schema.shown(rule)} must be a pair '
                        "('logical_axis', 'mesh_axis[,mesh_axis]' or '')")
     for axis in filter(None, rule[1].split(',')):
       _one_of(f'sharding_rules[{rule[0]}]', axis, MESH_AXES)
   _one_of('engine', config.engine, ENGINES)
   _check_ps(config)
-  _check_plan_and_study(config)
-  _one_of('nonfinite', config.nonfinite, NONFINITE)
+
+
+def _check_faults_and_init(config: ml_collections.ConfigDict) -> None:
+  """Fault injection and the run to start from."""
   _at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
   _at_least('debug.pause_at_step', config.debug.pause_at_step, -1)
   _at_least('init.checkpoint_step', config.init.checkpoint_step, -1)
   # Whether init.from_workdir exists is for the trainer to check: only a run
   # without a checkpoint of its own reads it (trainer/init_from.py).
 
+
+def _check_cadences(config: ml_collections.ConfigDict) -> None:
   _at_least('log_every_steps', config.log_every_steps, 1)
   _at_least('eval_every_steps', config.eval_every_steps, 0)
   _at_least('checkpoint.every_steps', config.checkpoint.every_steps, 1)
   _at_least('checkpoint.every_minutes', config.checkpoint.every_minutes, 0.0)
   _at_least('checkpoint.keep', config.checkpoint.keep, 1)
+
+
+def _check_evaluation(config: ml_collections.ConfigDict) -> None:
   eval_checkpoint(config.eval.checkpoint)
   if config.eval.dataset and config.data.source != 'tfds':
     raise UsageError(f'eval.dataset={config.eval.dataset!r} names a tfds data set, '
                      f"but data.source={config.data.source!r}; for folder data "
                      'set eval.data_dir (and eval.split) instead')
   _at_least('eval.batch_size', config.eval.batch_size, 0)
+
+
+def _check_runtime(config: ml_collections.ConfigDict) -> None:
   _at_least('runtime.num_cpu_devices', config.runtime.num_cpu_devices, 0)
   _at_least('runtime.device_memory_gib', config.runtime.device_memory_gib, 0.0)
   _one_of('runtime.cluster', config.runtime.cluster, CLUSTERS)
@@ -220,8 +280,12 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   if plan.compute_s and plan.device_tflops:
     raise UsageError('plan.compute_s and plan.device_tflops both give the '
                      "cluster's compute time; set one of them")
-  if not [m for m in study.models.split(',') if m.strip()]:
+  study_models = [m.strip() for m in study.models.split(',') if m.strip()]
+  if not study_models:
     raise UsageError(f'study.models={study.models!r} names no model')
+  from models import registry  # pylint: disable=g-import-not-at-top
+  for name in study_models:
+    _one_of('study.models', name, registry.MODEL_NAMES)
   for key in ('num_workers', 'num_shards', 'global_batch_sizes'):
     if any(v < 1 for v in parse_list(f'study.{key}', study[key])):
       raise UsageError(f'study.{key}={study[key]!r}: values must be >= 1')
@@ -231,6 +295,9 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
                      'bandwidth must be a finite number > 0')
   _at_least('study.steps', study.steps, 1)
   _at_least('study.model_width', study.model_width, 0)
+  for name in study_models:
+    _check_model_sizes('study.model_width', name, study.model_width,
+                       config.data.image_size)
 
 
 def num_ps_workers(config: ml_collections.ConfigDict, num_devices: int) -> int:

@@ -25,8 +25,9 @@ class Engine(Protocol):
   # Where the loop puts each global batch (a jax Sharding).
   batch_sharding: object
 
-  def start(self, state: TrainState) -> None:
-    """Takes the initial (fresh or restored) state; the engine owns it now."""
+  def start(self, state: TrainState, meta: dict | None = None) -> None:
+    """Takes the initial (fresh or restored) state; the engine owns it now.
+    meta: the metadata its checkpoint was saved with (None for a fresh state)."""
 
   def step(self, batch) -> None:
     """Starts one global step on `batch`; may return before it finishes."""
@@ -40,8 +41,13 @@ class Engine(Protocol):
     """The state after the last started step, laid out as the SPMD engine
     keeps it (so checkpoints and evaluation are engine-independent)."""
 
+  def checkpoint_meta(self) -> dict:
+    """What a checkpoint of state() keeps in its metadata besides it, for
+    this engine's start() to resume exactly (JSON values; {} when nothing)."""
+
   def close(self) -> None:
-    """Stops background work; the engine is unusable afterwards."""
+    """Stops background work; the engine is unusable afterwards. Raises if
+    a thread of its own does not end."""
 
 
 def create_engine(exp) -> Engine:

@@ -66,7 +66,8 @@ class SpmdEngine:
     self._state = None
     self._pending = []
 
-  def start(self, state) -> None:
+  def start(self, state, meta=None) -> None:
+    del meta  # the state is all this engine needs
     self._state = state
 
   def step(self, batch) -> None:
@@ -79,6 +80,9 @@ class SpmdEngine:
 
   def state(self):
     return self._state
+
+  def checkpoint_meta(self) -> dict:
+    return {}
 
   def close(self) -> None:
     self._pending = []

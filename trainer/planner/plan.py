@@ -24,6 +24,7 @@ from configs.errors import UsageError
 from trainer import validation
 from trainer.validation import parse_list
 from trainer import experiment
+from trainer import workdir_lock
 from trainer.planner import formulas
 from trainer.planner import measure
 
@@ -35,6 +36,13 @@ def _powers_of_two_to(limit: int) -> list[int]:
 
 
 def run_plan(config, workdir: str) -> dict:
+  """Measures here, then writes plan.json and its plots; returns the plan."""
+  with workdir_lock.hold(workdir, 'plan', process_index=jax.process_index(),
+                         process_count=jax.process_count()):
+    return _measure_and_plan(config, workdir)
+
+
+def _measure_and_plan(config, workdir: str) -> dict:
   plan = config.plan  # values checked by trainer/validation.py
   batches = parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)
   local_workers = validation.num_ps_workers(config, jax.device_count())

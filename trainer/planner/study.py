@@ -27,6 +27,7 @@ from trainer import engines
 from trainer import experiment
 from trainer import progress
 from trainer import state as state_lib
+from trainer import workdir_lock
 from trainer.planner import formulas
 from trainer.planner import measure
 from trainer.planner import report
@@ -185,6 +186,12 @@ def load_results(workdir: str) -> dict:
 
 def run_study(config, workdir: str) -> dict:
   """Runs the missing cells, then writes study.md and the plots."""
+  with workdir_lock.hold(workdir, 'study', process_index=jax.process_index(),
+                         process_count=jax.process_count()):
+    return _run_cells(config, workdir)
+
+
+def _run_cells(config, workdir: str) -> dict:
   cells = check(config, jax.device_count())
   os.makedirs(workdir, exist_ok=True)
   done = load_results(workdir)

@@ -5,6 +5,10 @@ host memory, and every byte between them crosses an emulated network link.
   link.py       network interfaces and real transfers paced in real time
   shard.py      a server shard: its variables, optimiser state and updates
   state_split.py  TrainState <-> per-shard pieces (checkpoints stay SPMD's)
-  workers.py    the workers' gradient programs (the shared loss code)
-  engine.py     the synchronous and asynchronous step, timings and metrics
+  wire.py       a worker's variables as one vector on the wire
+  workers.py    the workers' gradient programs (the shared loss code) and
+                their memory check
+  engine.py     the synchronous step, timings, metrics and checkpoints
+  async_workers.py  the asynchronous workers (stale-synchronous parallel)
+  threads.py    the engine's threads: failures reach the loop, close joins
 """

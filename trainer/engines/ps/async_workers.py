@@ -14,6 +14,10 @@ so the learning-rate schedule runs that fraction of a step late.
 
 Global step t is worker i's slice i of the loop's global batch t, so the two
 modes see the same data in the same order.
+
+A failure in a worker thread, of any kind, is kept and raised by the loop's
+next call (submit, drain); the other workers stop at their next wait or
+phase. The engine's close() joins the threads (threads.py).
 """
 
 import queue
@@ -24,9 +28,14 @@ import jax
 import numpy as np
 
 from trainer.engines.ps import link
+from trainer.engines.ps import threads
 from trainer.engines.ps import workers
 
 _POLL_S = 1.0  # how often a blocked thread looks for a failure elsewhere
+
+
+class _Stopped(RuntimeError):
+  """Raised in a waiting thread when the engine closes: an end, not a failure."""
 
 
 class AsyncRunner:
@@ -55,10 +64,20 @@ class AsyncRunner:
     self._submitted = step
     self._last_drain = time.perf_counter()
     self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
-                                      name=f'ps-worker{i}')
+                                      name=f'{self._engine.thread_prefix}worker{i}')
                      for i in range(len(self._clocks))]
     for t in self._threads:
       t.start()
+
+  @property
+  def program(self):
+    """Worker 0's compiled program (every worker's is the same on its device)."""
+    return self._programs[0]
+
+  @property
+  def error(self) -> BaseException | None:
+    """The first failure of a worker thread, if any."""
+    return self._error
 
   def submit(self, step: int, batch) -> None:
     """Hands each worker its slice of global step `step`."""
@@ -97,13 +116,12 @@ class AsyncRunner:
     return records
 
   def stop(self) -> None:
+    """Tells every worker thread to end (the engine joins them)."""
     with self._cond:
       self._stopping = True
       self._cond.notify_all()
     for q in self._queues:
       q.put(None)
-    for t in self._threads:
-      t.join(timeout=60)
 
   # --- Inside the worker threads ----------------------------------------------
   def _wait(self, condition) -> None:
@@ -112,7 +130,7 @@ class AsyncRunner:
         if self._error is not None:
           raise self._error
         if self._stopping:
-          raise RuntimeError('the parameter-server workers were stopped')
+          raise _Stopped('the parameter-server workers were stopped')
         self._cond.wait(_POLL_S)
       if self._error is not None:
         raise self._error
@@ -125,10 +143,23 @@ class AsyncRunner:
         if item is None:
           return
         self._one_step(i, *item, staging)
-    except Exception as e:  # pylint: disable=broad-except
+    except _Stopped:
+      return
+    # Every failure, BaseException included: the loop waits on this thread
+    # and learns of its end only from _error.
+    except BaseException as e:  # pylint: disable=broad-except
       with self._cond:
-        self._error = self._error or e
+        self._error = self._error or threads.failure(f'parameter-server worker {i}', e)
         self._cond.notify_all()
+
+  def _check(self) -> None:
+    """Raises another thread's failure, or the stop, if there is one: between
+    the phases of a step, so that a worker does not go on pushing."""
+    with self._cond:
+      if self._error is not None:
+        raise self._error
+      if self._stopping:
+        raise _Stopped('the parameter-server workers were stopped')
 
   def _one_step(self, i: int, step: int, batch: dict, staging: dict) -> None:
     engine = self._engine
@@ -139,10 +170,12 @@ class AsyncRunner:
       staleness = step - min(self._clocks)
     pull_start = time.perf_counter()
     vector = engine.pull_to_device(i, staging)
+    self._check()
 
     compute_start = time.perf_counter()
     out = self._programs[i](vector, batch, jax.device_put(np.int32(step), device))
     jax.block_until_ready(out)
+    self._check()
 
     push_start = time.perf_counter()
     pushed, metrics = jax.device_get(out)

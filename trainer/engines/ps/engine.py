@@ -14,6 +14,10 @@ threads and shards apply each gradient on arrival.
 
 Every time recorded here is measured wall clock; nothing is computed from a
 formula, so the planner's predictions can be checked against it.
+
+Failures: whatever a thread of the engine raises ends the step that waits
+for it with an EngineThreadFailed naming the thread and the cause, and
+close() fails loudly if a thread does not end (threads.py).
 """
 
 import concurrent.futures
@@ -31,6 +35,7 @@ from trainer.engines.ps import link
 from trainer.engines.ps import partition
 from trainer.engines.ps import shard as shard_lib
 from trainer.engines.ps import state_split
+from trainer.engines.ps import threads
 from trainer.engines.ps import wire
 from trainer.engines.ps import workers
 from trainer.engines.ps.state_split import PARAMS, STATS
@@ -38,6 +43,10 @@ from trainer.state import TrainState
 
 # Running statistics that the engine can combine across workers: averages.
 _AVERAGEABLE_STATS = ('mean', 'var')
+# How long close() waits for the engine's threads to end. A thread finishes
+# the phase it is in first (one worker's compute of a step, a paced
+# transfer), which on a large model on CPU takes tens of seconds.
+CLOSE_TIMEOUT_S = 120.0
 
 
 def check_batch_stats(model_name: str, batch_stats) -> None:
@@ -83,6 +92,22 @@ class ParameterServerEngine:
     self.layout = wire.Layout(self.variables)
     self.shard_pieces = partition.partition(self.variables, ps.num_shards,
                                             ps.partitioner)
+    self.thread_prefix = threads.new_prefix()
+
+    # The workers' programs first: a run whose workers do not fit their
+    # devices stops here, before the shards compile and before anything is
+    # written.
+    start = time.perf_counter()
+    if self._async:
+      from trainer.engines.ps import async_workers  # pylint: disable=g-import-not-at-top
+      self._runner = async_workers.AsyncRunner(self, exp, config.batch_size // n)
+      workers.check_memory(exp, self._runner.program, self.layout)
+    else:
+      self._program = workers.compile_sync_program(
+          exp, self._mesh, self.layout, self._send_gradient if ps.overlap else None)
+      workers.check_memory(exp, self._program, self.layout)
+    compile_s = time.perf_counter() - start
+
     # Shards clip with the global norm themselves (sync: of the mean
     # gradient, as SPMD does; async: of each worker's gradient), so their
     # optax chain holds an identity where clipping was.
@@ -103,9 +128,9 @@ class ParameterServerEngine:
     self._clip = config.grad_clip_norm
     self._skip_nonfinite = config.nonfinite == 'skip'
     self.transfers = concurrent.futures.ThreadPoolExecutor(
-        n * len(self.shards), thread_name_prefix='ps-link')
+        n * len(self.shards), thread_name_prefix=f'{self.thread_prefix}link')
     self._tasks = concurrent.futures.ThreadPoolExecutor(
-        max(n, len(self.shards)), thread_name_prefix='ps-task')
+        max(n, len(self.shards)), thread_name_prefix=f'{self.thread_prefix}task')
 
     # ps.overlap: each parameter's gradient is sent the moment backprop has
     # made it, one message per variable on a per-(worker, shard) connection
@@ -116,32 +141,30 @@ class ParameterServerEngine:
       for p in pieces:
         if p.path in self._owners:
           self._owners[p.path].append((j, p))
-    self._connections = [[concurrent.futures.ThreadPoolExecutor(1) for _ in self.shards]
-                         for _ in range(n)] if self._overlap else []
+    self._connections = [
+        [concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f'{self.thread_prefix}connection{i}-{j}')
+         for j in range(len(self.shards))]
+        for i in range(n)] if self._overlap else []
     self._in_flight = [[] for _ in range(n)]
 
-    start = time.perf_counter()
-    if self._async:
-      from trainer.engines.ps import async_workers  # pylint: disable=g-import-not-at-top
-      self._runner = async_workers.AsyncRunner(self, exp, config.batch_size // n)
-    else:
-      self._program = workers.compile_sync_program(
-          exp, self._mesh, self.layout, self._send_gradient if self._overlap else None)
     logging.info('Compiled the PS workers\' gradient program%s in %.1fs; %d '
                  'workers, %d shards (%s MB each)', 's' if self._async else '',
-                 time.perf_counter() - start, n, len(self.shards),
+                 compile_s, n, len(self.shards),
                  ', '.join(f'{b / 1e6:.1f}' for b in partition.shard_bytes(self.shard_pieces)))
     self._step = 0
+    self._failure = None  # the first failure of a synchronous step's thread
     self._records = []
     self._worker_vectors = None  # each worker's variables, on its device
 
   # --- Engine interface -------------------------------------------------------
-  def start(self, state: TrainState) -> None:
+  def start(self, state: TrainState, meta: dict | None = None) -> None:
     host = jax.device_get(state)
     self._step = int(host.step)
     opt_state = host.opt_state
     if self._async:
-      opt_state = state_split.scale_counts(opt_state, self.num_workers)
+      opt_state = state_split.with_counts(
+          opt_state, state_split.async_counts(opt_state, meta, self.num_workers))
     for s in self.shards:
       s.load(host.params, host.batch_stats, opt_state, self._params_treedef)
     if self._async:
@@ -170,22 +193,52 @@ class ParameterServerEngine:
       self._records.extend(self._runner.drain())
     abstract = self._exp.abstract_state
     variables = [s.variables() for s in self.shards]
+    opt_state = state_split.assemble_opt_state(
+        abstract.opt_state, abstract.params, [s.opt_state for s in self.shards],
+        self.shard_pieces)
+    if self._async:
+      # The SPMD side reads a count in global steps: the rounds the shards'
+      # schedule reads (rounded down); checkpoint_meta keeps the exact one.
+      n = self.num_workers
+      opt_state = state_split.with_counts(
+          opt_state, {path: c // n for path, c in self._shard_counts().items()})
     state = TrainState(
         step=np.int32(self._step),
         params=state_split.assemble(abstract.params, PARAMS, variables,
                                     self.shard_pieces),
         batch_stats=state_split.assemble(abstract.batch_stats, STATS, variables,
                                          self.shard_pieces),
-        opt_state=state_split.assemble_opt_state(
-            abstract.opt_state, abstract.params, [s.opt_state for s in self.shards],
-            self.shard_pieces, count_divisor=self.num_workers if self._async else 1))
+        opt_state=opt_state)
     return jax.device_put(state, self._exp.state_shardings)
 
+  def checkpoint_meta(self) -> dict:
+    """What a checkpoint of state() must keep besides it to resume exactly.
+
+    Asynchronous shards count one optax update per applied gradient: N_w per
+    step, fewer when nonfinite=skip drops some. state() gives the SPMD side
+    that count in rounds, rounded down; the exact counts (and N_w, in case
+    it changes on resume) go into the checkpoint's metadata.
+    """
+    if not self._async:
+      return {}
+    self._records.extend(self._runner.drain())
+    return state_split.async_counts_meta(self._shard_counts(), self.num_workers)
+
   def close(self) -> None:
+    """Stops every thread of the engine; RunFailure if one does not end."""
     if self._async:
       self._runner.stop()
+    # Nothing queued is run; what is running ends with its current task.
     for pool in [self.transfers, self._tasks, *sum(self._connections, [])]:
-      pool.shutdown(wait=True, cancel_futures=True)
+      pool.shutdown(wait=False, cancel_futures=True)
+    error = self._runner.error if self._async else self._failure
+    threads.join(self.thread_prefix, CLOSE_TIMEOUT_S,
+                 f' (after {error})' if error is not None else '')
+
+  # --- Optimiser step counts ----------------------------------------------------
+  def _shard_counts(self) -> dict:
+    """optax's step counts on the shards, which apply the same updates."""
+    return state_split.counts(self.shards[0].opt_state)
 
   # --- Moving bytes -----------------------------------------------------------
   def push(self, worker: int, flat: dict) -> None:
@@ -241,6 +294,16 @@ class ParameterServerEngine:
     return 1.0
 
   # --- The synchronous step ---------------------------------------------------
+  def _in_tasks(self, what: str, fn, count: int) -> list:
+    """[fn(k) for k < count], run in the task threads; a failure of any,
+    BaseException included, raises EngineThreadFailed naming what.format(k)."""
+    try:
+      return list(self._tasks.map(
+          lambda k: threads.guarded(what.format(k), fn)(k), range(count)))
+    except threads.EngineThreadFailed as e:
+      self._failure = e  # for close() to name, should a thread then not stop
+      raise
+
   def _replicate(self, per_device_vectors):
     """One array with each worker's own vector on its device."""
     return jax.make_array_from_single_device_arrays(
@@ -252,23 +315,27 @@ class ParameterServerEngine:
     vectors, metrics = self._program(
         self._worker_vectors, batch, jax.device_put(np.int32(step), self._replicated))
     per_worker = [workers.local_shard(vectors, d) for d in self.devices]
-    pushed = list(self._tasks.map(
-        lambda i: self._compute_and_push(i, per_worker[i], start),
-        range(self.num_workers)))
+    pushed = self._in_tasks(
+        'parameter-server worker {} (compute and push)',
+        lambda i: self._compute_and_push(i, per_worker[i], start), self.num_workers)
     compute_s = [c for c, _ in pushed]
     push_s = [p for _, p in pushed]
 
     update_start = time.perf_counter()
     metrics = jax.device_get(metrics)
-    grad_norm = math.sqrt(sum(self._tasks.map(lambda s: s.aggregate(), self.shards)))
+    grad_norm = math.sqrt(sum(self._in_tasks(
+        'parameter-server shard {} (aggregate)',
+        lambda j: self.shards[j].aggregate(), len(self.shards))))
     loss = float(np.mean(metrics['loss']))
     finite = math.isfinite(loss) and math.isfinite(grad_norm)
     scale = self.clip_scale(grad_norm)
     apply = finite or not self._skip_nonfinite
-    list(self._tasks.map(lambda s: s.apply(scale, apply), self.shards))
+    self._in_tasks('parameter-server shard {} (update)',
+                   lambda j: self.shards[j].apply(scale, apply), len(self.shards))
     update_s = time.perf_counter() - update_start
 
-    pulled = list(self._tasks.map(self._timed_pull, range(self.num_workers)))
+    pulled = self._in_tasks('parameter-server worker {} (pull)', self._timed_pull,
+                            self.num_workers)
     self._worker_vectors = self._replicate([v for v, _ in pulled])
     pull_s = [t for _, t in pulled]
     step_s = time.perf_counter() - start

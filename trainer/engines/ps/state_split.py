@@ -7,6 +7,10 @@ optimiser state made by the same optax transformation for that dict: every
 sub-tree of the optimiser state shaped like the parameters (momentum, Adam's
 moments) becomes the same dict of pieces, and scalars (step counts) are
 copied to every shard.
+
+optax's step counts are the leaves named `count` (ScaleByScheduleState,
+ScaleByAdamState, ...); `counts` and `with_counts` read and set them by that
+name, so no other integer of an optimiser state is taken for one.
 """
 
 import jax
@@ -15,6 +19,8 @@ import numpy as np
 from trainer.checkpointing import path_str
 
 PARAMS, STATS = 'params', 'batch_stats'
+# The checkpoint metadata key of the asynchronous shards' exact step counts.
+ASYNC_COUNTS_KEY = 'ps_async_optimizer_counts'
 
 
 def flat_variables(params, batch_stats) -> dict:
@@ -62,14 +68,9 @@ def assemble(template, prefix: str, shard_dicts, shard_pieces):
   return jax.tree.unflatten(jax.tree.structure(template), leaves)
 
 
-def assemble_opt_state(template, params_template, shard_states, shard_pieces,
-                       count_divisor: int = 1):
-  """The whole optimiser state from the shards' states.
-
-  Scalars come from shard 0; integer scalars (optax's step counts) are
-  divided by `count_divisor` (the asynchronous mode counts one step per
-  worker gradient, a checkpoint one per global step).
-  """
+def assemble_opt_state(template, params_template, shard_states, shard_pieces):
+  """The whole optimiser state from the shards' states; scalars (optax's
+  step counts) from shard 0, as every shard applies every update."""
   treedef = jax.tree.structure(params_template)
   is_params_like = _is_params_like(treedef)
   nodes, outer = jax.tree.flatten(template, is_leaf=is_params_like)
@@ -85,15 +86,52 @@ def assemble_opt_state(template, params_template, shard_states, shard_pieces,
       merged.append(assemble(params_template, PARAMS,
                              [s[k] for s in shard_nodes], shard_pieces))
     else:
-      value = np.asarray(shard_nodes[0][k])
-      if np.issubdtype(value.dtype, np.integer) and count_divisor > 1:
-        value = value // count_divisor
-      merged.append(value)
+      merged.append(np.asarray(shard_nodes[0][k]))
   return jax.tree.unflatten(outer, merged)
 
 
-def scale_counts(opt_state, factor: int):
-  """Integer scalars (step counts) times `factor`: the inverse of the above."""
-  return jax.tree.map(
-      lambda x: x * factor if np.issubdtype(np.asarray(x).dtype, np.integer)
-      and not np.ndim(x) else x, opt_state)
+def _is_count(path) -> bool:
+  return bool(path) and getattr(path[-1], 'name', None) == 'count'
+
+
+def counts(opt_state) -> dict:
+  """{path: int} of optax's step counts in `opt_state`."""
+  return {jax.tree_util.keystr(path): int(np.asarray(leaf))
+          for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]
+          if _is_count(path)}
+
+
+def with_counts(opt_state, new_counts: dict):
+  """`opt_state` with each step count set to new_counts[its path] (host arrays)."""
+  def replace(path, leaf):
+    if not _is_count(path):
+      return leaf
+    return np.asarray(new_counts[jax.tree_util.keystr(path)], np.asarray(leaf).dtype)
+  return jax.tree_util.tree_map_with_path(replace, opt_state)
+
+
+# --- Asynchronous step counts ---------------------------------------------------
+# Asynchronous shards count one optax update per applied gradient: N_w per
+# global step, fewer when nonfinite=skip drops some. A checkpoint's state
+# holds the count in global steps (rounded down), which the SPMD engine reads
+# as its own; its metadata holds the exact counts and N_w.
+
+def async_counts_meta(shard_counts: dict, num_workers: int) -> dict:
+  """Checkpoint metadata with the asynchronous shards' exact counts."""
+  return {ASYNC_COUNTS_KEY: {'num_workers': num_workers, 'counts': dict(shard_counts)}}
+
+
+def async_counts(opt_state, meta: dict | None, num_workers: int) -> dict:
+  """The asynchronous shards' counts for `opt_state`, whose counts are in
+  global steps: the exact ones in its checkpoint's metadata (scaled if N_w
+  changed), else N_w per step (a checkpoint of the SPMD or synchronous
+  engine, or a fresh state)."""
+  in_steps = counts(opt_state)
+  saved = (meta or {}).get(ASYNC_COUNTS_KEY)
+  # Used only when they belong to this state: its counts are theirs in rounds.
+  if saved and set(saved['counts']) == set(in_steps) and all(
+      int(c) // saved['num_workers'] == in_steps[path]
+      for path, c in saved['counts'].items()):
+    return {path: int(c) * num_workers // saved['num_workers']
+            for path, c in saved['counts'].items()}
+  return {path: c * num_workers for path, c in in_steps.items()}

@@ -11,10 +11,12 @@ single-device executable, called from its own thread.
 
 import functools
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from trainer import memory
 from trainer import step_functions
 from trainer.engines.ps import wire
 
@@ -136,6 +138,34 @@ def compile_async_programs(exp, devices, layout, per_worker_batch: int):
         _batch_spec(exp, per_worker_batch, one),
         jax.ShapeDtypeStruct((), np.int32, sharding=one)).compile())
   return programs
+
+
+# What to change when a worker's program does not fit its device.
+_MEMORY_REMEDY = (
+    'Every worker holds a whole copy of the parameters: lower the per-worker '
+    'batch (batch_size, more workers with ps.num_workers, or grad_accum_steps), '
+    'recompute activations (model.remat=full), or shard the parameters with '
+    'engine=spmd and mesh.fsdp')
+
+
+def check_memory(exp, compiled, layout) -> None:
+  """UsageError when a worker's compiled gradient program does not fit its
+  device's memory (runtime.device_memory_gib, else what the device reports).
+
+  The same check as the SPMD engine's, made when the engine is created, so a
+  run that would not fit stops before anything is written. A worker holds
+  its variables (the wire vector) and no optimiser state: that lives on the
+  shards, in host memory.
+  """
+  itemsize = np.dtype(wire.DTYPE).itemsize
+  params_bytes = layout.offsets[layout.num_params] * itemsize
+  usage = memory.program_report(
+      compiled, params=params_bytes, opt_state=0,
+      batch_stats=layout.size * itemsize - params_bytes)
+  logging.info('PS workers\' gradient program: memory %s', usage.describe())
+  memory.check_fits(usage, memory.device_capacity(exp.config.runtime.device_memory_gib),
+                    what="the parameter-server workers' gradient program",
+                    remedy=_MEMORY_REMEDY)
 
 
 def local_shard(array: jax.Array, device) -> jax.Array:
