@@ -183,12 +183,14 @@ def _exit_with_last_line(line: str, code: int) -> None:
   pointed at /dev/null for every other writer before `line` goes out on a
   copy of it, and the process leaves without teardown.
   """
-  sys.stdout.flush()
-  sys.stderr.flush()
-  ours = os.dup(2)
-  os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-  os.write(ours, (line + '\n').encode())
-  os._exit(code)  # pylint: disable=protected-access
+  try:  # stdout and stderr may be gone (a launcher that died): leave all the same
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ours = os.dup(2)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    os.write(ours, (line + '\n').encode())
+  finally:
+    os._exit(code)  # pylint: disable=protected-access
 
 
 if __name__ == '__main__':

@@ -12,9 +12,6 @@ from configs.schema import dotted_items
 
 RECIPES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            'configs')
-# Modules of configs/ that are not recipes (no get_config of a run).
-_NOT_RECIPES = ('__init__.py', 'default.py', 'schema.py', 'sharding.py', 'errors.py',
-                'reference.py')
 
 
 def config_text(config) -> str:
@@ -34,11 +31,15 @@ def recipes() -> list[tuple[str, str]]:
   """(path, first line of its docstring) of each recipe in configs/."""
   found = []
   for name in sorted(os.listdir(RECIPES_DIR)):
-    if not name.endswith('.py') or name in _NOT_RECIPES:
+    # A recipe is a module with a get_config(); default.py is the schema.
+    if not name.endswith('.py') or name == 'default.py':
       continue
-    path = os.path.join(RECIPES_DIR, name)
-    with open(path) as f:
-      docstring = ast.get_docstring(ast.parse(f.read())) or ''
+    with open(os.path.join(RECIPES_DIR, name)) as f:
+      module = ast.parse(f.read())
+    if not any(isinstance(node, ast.FunctionDef) and node.name == 'get_config'
+               for node in module.body):
+      continue
+    docstring = ast.get_docstring(module) or ''
     found.append((os.path.join('configs', name), docstring.split('\n')[0]))
   return found
 

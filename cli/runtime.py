@@ -107,6 +107,10 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
       return  # one process
     where = f'runtime.cluster={cluster} (found a {detected} job)'
     args = dict(cluster_detection_method=detected)
+  # JAX's preemption service would take SIGTERM over (a C++ handler that
+  # only records a notice, which nothing here reads): the signal must stay
+  # with trainer/preemption.py, which stops every process at one step.
+  jax.config.update('jax_enable_preemption_service', False)
   try:
     jax.distributed.initialize(**args, **timeouts)
   except (RuntimeError, ValueError) as e:

@@ -96,7 +96,8 @@ def test_list_names_the_models_and_the_recipes():
   assert recipes.returncode == 0, recipes.stderr[-3000:]
   listed = [line.split()[0] for line in recipes.stdout.splitlines()]
   assert 'configs/quickstart.py' in listed and 'configs/imagenet_resnet50.py' in listed
-  assert not any(p.endswith(('default.py', 'schema.py', 'reference.py')) for p in listed)
+  assert not any(p.endswith(('default.py', 'schema.py', 'reference.py', 'atomic.py'))
+                 for p in listed)
   assert bad_list_exits_2()
 
 

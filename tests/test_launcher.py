@@ -308,6 +308,34 @@ def test_a_loopback_coordinator_binds_to_loopback_only():
   assert runtime.loopback_bind_address('node-0:1234') is None
 
 
+# Two processes join (cli/runtime.py), then each sends itself SIGTERM.
+_SIGTERM_AFTER_INIT = """
+import os, signal, sys, time
+from cli import runtime
+received = []
+signal.signal(signal.SIGTERM, lambda *_: received.append(1))
+runtime.initialize(num_cpu_devices=1, coordinator_address=sys.argv[1], num_processes=2,
+                   process_id=int(sys.argv[2]), init_timeout_s=120)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.5)
+print('handled' if received else 'lost')
+"""
+
+
+def test_after_the_distributed_init_sigterm_still_reaches_the_trainers_handler():
+  """JAX's preemption service, left on, replaces the handler with its own,
+  which only takes note: a stop during the rest of the start-up was lost."""
+  address = f'127.0.0.1:{launcher.free_port()}'
+  env = dict(os.environ, XLA_FLAGS=xla_flags(1), PYTHONPATH=REPO)
+  processes = [subprocess.Popen([sys.executable, '-c', _SIGTERM_AFTER_INIT, address, str(i)],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+               for i in range(2)]
+  for p in processes:
+    stdout, stderr = p.communicate(timeout=180)
+    assert stdout.split() == ['handled'], stderr[-3000:]
+
+
 # The launcher's own tests run it with these stand-ins for main.py.
 
 # Process 1 fails (says why, then is slow to exit; or dies of SIGKILL,

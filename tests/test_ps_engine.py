@@ -204,6 +204,19 @@ def test_only_optax_step_counts_are_read_and_set_as_counts():
   assert int(changed[1]['not_a_count']) == 7
 
 
+
+def test_asynchronous_counts_come_from_the_checkpoint_metadata_that_matches_the_state():
+  # 7 updates by 2 workers: 3 global steps in the state, 7 in the metadata.
+  meta = state_split.async_counts_meta({'[0].count': 7}, num_workers=2)
+  in_steps = lambda count: (optax.ScaleByScheduleState(count=np.int32(count)),)
+  assert state_split.async_counts(in_steps(3), meta, 2) == {'[0].count': 7}
+  assert state_split.async_counts(in_steps(3), meta, 4) == {'[0].count': 14}  # N_w changed
+  # Metadata of another state (a checkpoint the SPMD engine went on from),
+  # or none: N_w updates per step.
+  assert state_split.async_counts(in_steps(5), meta, 2) == {'[0].count': 10}
+  assert state_split.async_counts(in_steps(3), None, 2) == {'[0].count': 6}
+
+
 # --- Partitioning -----------------------------------------------------------
 
 def _variables(name):

@@ -90,8 +90,9 @@ def _choose_start(exp: experiment.Experiment, workdir: str) -> _Start:
 
 def _initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Checkpointer,
                    start: _Start):
-  """The state of the checkpoint to resume from if there is one, else a
-  fresh state (initialised from init.from_workdir's checkpoint if set)."""
+  """(state, checkpoint metadata): the checkpoint to resume from if there is
+  one, else a fresh state (initialised from init.from_workdir's checkpoint
+  if set) and None."""
   latest, saved_length = start.resume_step, start.saved_length
   if latest is not None:
     state, meta = checkpointer.restore(latest, exp.abstract_state)
@@ -103,14 +104,14 @@ def _initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Check
                                         (exp.steps_per_epoch, exp.total_steps))
       if warning:
         logging.warning('%s', warning)
-    return state
+    return state, meta
   state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
                                        exp.state_shardings, exp.config.seed)
   if start.init_step is not None:
     state = init_from.initialize_from(state, exp.config.init, start.init_step)
   logging.info('Initialised %s: %s parameters', exp.config.model.name,
                f'{state_lib.count_params(state.params):,}')
-  return state
+  return state, None
 
 
 def schedule_change_warning(config, step: int, old_length: tuple[int, int],
@@ -313,9 +314,9 @@ def _start_engine(run: _Run, start: _Start) -> int:
   # Restored (resume after preemption) or created sharded; the engine owns
   # it from here on.
   exp, config = run.exp, run.exp.config
-  state = _initial_state(exp, run.checkpointer, start)
+  state, meta = _initial_state(exp, run.checkpointer, start)
   start_step = int(jax.device_get(state.step))
-  run.engine.start(state)
+  run.engine.start(state, meta)  # what the engine kept in the metadata, if any
   logging.info('Mesh %s; engine %s; global batch %d; %d steps (%d per epoch); '
                'from step %d', dict(exp.mesh.shape), config.engine,
                config.batch_size, exp.total_steps, exp.steps_per_epoch, start_step)
@@ -407,7 +408,7 @@ def _save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None =
   # The schedule's length, so that a resume with another length can say
   # how the learning rate jumps (schedule_change_warning).
   meta = {'step': step, 'total_steps': run.exp.total_steps,
-          'steps_per_epoch': run.exp.steps_per_epoch}
+          'steps_per_epoch': run.exp.steps_per_epoch, **run.engine.checkpoint_meta()}
   run.checkpointer.save(step, state, meta)
   if eval_metrics is not None:
     run.checkpointer.save_if_best(step, state, meta, eval_metrics['accuracy'])
