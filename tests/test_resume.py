@@ -11,7 +11,7 @@ from configs.errors import UsageError
 from configs import quickstart
 from trainer import checkpointing
 from trainer import optim
-from trainer import train
+from trainer import run_start
 
 
 def test_init_keys_may_be_cleared_in_an_existing_workdir(tmp_path):
@@ -34,7 +34,7 @@ def test_init_keys_may_be_cleared_in_an_existing_workdir(tmp_path):
 def test_a_longer_run_on_resume_is_warned_of_the_learning_rate_jump():
   config = quickstart.get_config()  # warm-up 1 epoch, then cosine to 0
   old, new = (10, 100), (10, 200)  # (steps per epoch, total steps)
-  warning = train.schedule_change_warning(config, 60, old, new)
+  warning = run_start.schedule_change_warning(config, 60, old, new)
   old_rate = float(optim.create_learning_rate_fn(config, *old)(60))
   new_rate = float(optim.create_learning_rate_fn(config, *new)(60))
   assert new_rate > 2 * old_rate > 0
@@ -46,9 +46,9 @@ def test_a_longer_run_on_resume_is_warned_of_the_learning_rate_jump():
 
 def test_an_unchanged_or_flat_schedule_gives_no_warning():
   config = quickstart.get_config()
-  assert train.schedule_change_warning(config, 60, (10, 100), (10, 100)) is None
+  assert run_start.schedule_change_warning(config, 60, (10, 100), (10, 100)) is None
   config.lr_schedule = 'constant'  # past the warm-up: the same rate
-  assert train.schedule_change_warning(config, 60, (10, 100), (10, 200)) is None
+  assert run_start.schedule_change_warning(config, 60, (10, 100), (10, 200)) is None
 
 
 def _reopened(workdir):

@@ -20,13 +20,11 @@ from trainer import device_input
 from trainer import engines
 from trainer import evaluate
 from trainer import experiment
-from trainer import init_from
 from trainer import metrics_log
 from trainer import mfu
-from trainer import optim
 from trainer import preemption
 from trainer import profiling
-from trainer import state as state_lib
+from trainer import run_start
 from trainer import unreadable
 from trainer import workdir_lock
 
@@ -59,82 +57,6 @@ def _prepare_workdir(exp: experiment.Experiment, workdir: str) -> None:
     folder.write_class_map(class_map_path, exp.dataset.class_names)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Start:
-  """Where training starts, as every process agreed (_choose_start)."""
-  resume_step: int | None  # the checkpoint to resume from; None: a fresh state
-  init_step: int | None  # init.from_workdir's checkpoint for a fresh state; None: none
-  # (steps per epoch, total steps) of the saved config, for checkpoints whose
-  # metadata predates recording them; None: no saved config.
-  saved_length: tuple[int, int] | None
-
-
-def _choose_start(exp: experiment.Experiment, workdir: str) -> _Start:
-  """Where this run starts, checked to be the same on every process before
-  anything is compiled or written (trainer/agreement.py)."""
-  config = exp.config
-  resume_step = checkpointing.latest_step(workdir)
-  # init.* says how a run starts: once the work dir has a checkpoint, the
-  # source is neither read nor needed (it may be gone).
-  init_step = (init_from.check(exp.abstract_state, config.init)
-               if config.init.from_workdir and resume_step is None else None)
-  agreement_lib.check_same_run(
-      config, num_train_examples=exp.dataset.num_train_examples,
-      num_eval_examples=exp.dataset.num_eval_examples, total_steps=exp.total_steps,
-      resume_step=resume_step, init_step=init_step)
-  saved = schema.load_saved(workdir)  # before this run's replaces it
-  saved_length = (experiment.training_length(saved, exp.dataset.num_train_examples)
-                  if saved is not None else None)
-  return _Start(resume_step, init_step, saved_length)
-
-
-def _initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Checkpointer,
-                   start: _Start):
-  """(state, checkpoint metadata): the checkpoint to resume from if there is
-  one, else a fresh state (initialised from init.from_workdir's checkpoint
-  if set) and None."""
-  latest, saved_length = start.resume_step, start.saved_length
-  if latest is not None:
-    state, meta = checkpointer.restore(latest, exp.abstract_state)
-    logging.info('Resuming from step %d', latest)
-    if 'total_steps' in meta:
-      saved_length = (meta['steps_per_epoch'], meta['total_steps'])
-    if saved_length is not None:
-      warning = schedule_change_warning(exp.config, latest, saved_length,
-                                        (exp.steps_per_epoch, exp.total_steps))
-      if warning:
-        logging.warning('%s', warning)
-    return state, meta
-  state = state_lib.create_train_state(exp.model, exp.tx, exp.config.data.image_size,
-                                       exp.state_shardings, exp.config.seed)
-  if start.init_step is not None:
-    state = init_from.initialize_from(state, exp.config.init, start.init_step)
-  logging.info('Initialised %s: %s parameters', exp.config.model.name,
-               f'{state_lib.count_params(state.params):,}')
-  return state, None
-
-
-def schedule_change_warning(config, step: int, old_length: tuple[int, int],
-                            new_length: tuple[int, int]) -> str | None:
-  """What a resumed run must be told when its schedule changed length.
-
-  The cosine schedule is a function of the training length, so changing
-  num_train_steps or num_epochs (or the data's size, with num_epochs) on
-  resume rebuilds it: at the resume step the rate jumps. Lengths are
-  (steps per epoch, total steps). None when the rate at `step` is the same.
-  """
-  if tuple(old_length) == tuple(new_length):
-    return None
-  old_rate = float(optim.create_learning_rate_fn(config, *old_length)(step))
-  new_rate = float(optim.create_learning_rate_fn(config, *new_length)(step))
-  if old_rate == new_rate:
-    return None
-  return (f'the training length changed on resume ({old_length[1]} -> '
-          f'{new_length[1]} steps), so the learning-rate schedule is rebuilt '
-          f'over the new length: at step {step} the rate jumps from '
-          f'{old_rate:.6g} to {new_rate:.6g}')
-
-
 def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   """Trains to config's length, resuming from the work dir's latest checkpoint."""
   # Before anything reads or writes the work dir: one run owns it.
@@ -146,7 +68,7 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
 def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
   # --- Mesh, data, model, optimiser: everything the config determines.
   exp = experiment.build_experiment(config, workdir)
-  start = _choose_start(exp, workdir)
+  start = run_start.choose_start(exp, workdir)
   # --- Engine and steps: compiled (and the engine's config checked) before
   # the work dir is touched, so a config that does not fit the device memory
   # or the engine stops here with nothing written.
@@ -254,7 +176,7 @@ class _Interval:
     self.start += time.perf_counter() - began
 
 
-def _train_loop(run: _Run, start: _Start, stop: preemption.StopRequest,
+def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
                 tracer: profiling.StepTracer) -> TrainOutcome:
   exp, engine, config = run.exp, run.engine, run.exp.config
   start_step = _start_engine(run, start)
@@ -309,12 +231,12 @@ def _train_loop(run: _Run, start: _Start, stop: preemption.StopRequest,
   return TrainOutcome(step=step, preempted=False, eval_metrics=eval_metrics)
 
 
-def _start_engine(run: _Run, start: _Start) -> int:
+def _start_engine(run: _Run, start: run_start.Start) -> int:
   """Hands the engine its initial state; returns the step it is at."""
   # Restored (resume after preemption) or created sharded; the engine owns
   # it from here on.
   exp, config = run.exp, run.exp.config
-  state, meta = _initial_state(exp, run.checkpointer, start)
+  state, meta = run_start.initial_state(exp, run.checkpointer, start)
   start_step = int(jax.device_get(state.step))
   run.engine.start(state, meta)  # what the engine kept in the metadata, if any
   logging.info('Mesh %s; engine %s; global batch %d; %d steps (%d per epoch); '
