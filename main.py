@@ -66,13 +66,13 @@ def run(argv) -> int:
   del argv
   parsed = flags_parser.PARSED
   if FLAGS.list:
-    print(describe.models_text() if FLAGS.list == 'models' else describe.recipes_text())
+    _print_listing(describe.models_text() if FLAGS.list == 'models' else describe.recipes_text())
     return 0
   config = config_loader.build_config(parsed.recipe_path, parsed.overrides,
                                       FLAGS.workdir, DEFAULT_RECIPE)
   validation.check_config(config)
   if FLAGS.print_config:
-    print(describe.config_text(config))
+    _print_listing(describe.config_text(config))
     return 0
   ignored = validation.ignored_ps_keys(config) if FLAGS.mode in ('train', 'bench') else []
   if ignored:
@@ -136,6 +136,14 @@ def run(argv) -> int:
   summary = evaluate.evaluate_checkpoint(config, FLAGS.workdir)
   print(evaluate.summary_json(summary), flush=True)
   return 0
+
+
+def _print_listing(text: str) -> None:
+  try:
+    print(text, flush=True)
+  except BrokenPipeError:
+    # `| head` read what it wanted and closed the pipe: no error for that.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv):
