@@ -24,7 +24,13 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   plan = json.loads((workdir / 'plan.json').read_text())
   assert plan['recommended']['per_worker_batch'] in (2, 4)
-  assert plan['recommended']['num_shards'] >= 1
+  assert 1 <= plan['recommended']['num_shards'] <= 16  # never more shards than workers
+  # A tiny model on a 100 TFLOP/s device computes in microseconds: its
+  # bytes outlast that on 10 Gbit/s, and the plan says so.
+  assert plan['recommended']['link_bound'] is True
+  assert plan['recommended']['max_workers_that_scale'] == 0
+  assert plan['recommended']['bandwidth_to_hide_gbps'] > 10
+  assert 'the link, not the number of shards, limits this job' in result.stdout
   sweep = plan['compute_sweep']
   assert [p['per_worker_batch'] for p in sweep] == [2, 4]
   assert all(p['compute_s'] > 0 and p['flops'] > 0 for p in sweep)

@@ -45,15 +45,28 @@ def test_compute_time_from_a_device_peak():
 
 
 def test_shards_needed_and_workers_that_scale():
-  # N_w*S/(B*T_C) = 8 * 100 MB / (125 MB/s * 0.4 s) = 16.
-  assert formulas.min_ps_shards(100 * MB, GBIT, 8, 0.4) == 16
-  assert formulas.max_scaling_workers(100 * MB, GBIT, 16, 0.4) == 8
+  # N_w*S/(B*T_C) = 8 * 10 MB / (125 MB/s * 0.4 s) = 1.6 -> 2 shards; with
+  # 2 shards, 2 * 125 MB/s * 0.4 s / 10 MB = 10 workers scale.
+  assert not formulas.link_bound(10 * MB, GBIT, 0.4)
+  assert formulas.min_ps_shards(10 * MB, GBIT, 8, 0.4) == 2
+  assert formulas.max_scaling_workers(10 * MB, GBIT, 2, 0.4) == 10
+  assert formulas.max_scaling_workers(10 * MB, GBIT, 1, 0.4) == 5
   # One worker: one shard is enough whenever the worker link is.
   assert formulas.min_ps_shards(1 * MB, GBIT, 1, 0.4) == 1
   # Bandwidth so high that one shard suffices.
   assert formulas.min_ps_shards(100 * MB, 1e15, 64, 0.4) == 1
   assert formulas.min_ps_shards(100 * MB, math.inf, 64, 0.4) == 1
   assert formulas.max_scaling_workers(100 * MB, math.inf, 1, 0.4) == math.inf
+
+
+def test_a_link_slower_than_the_compute_caps_the_shards_at_the_workers():
+  # S/B = 100 MB / 125 MB/s = 0.8 s > T_C = 0.4 s: one worker's own link
+  # cannot hide its traffic, so shards beyond N_w (16 by the bare formula)
+  # buy nothing and no number of workers scales; S/T_C = 250 MB/s would.
+  assert formulas.link_bound(100 * MB, GBIT, 0.4)
+  assert formulas.min_ps_shards(100 * MB, GBIT, 8, 0.4) == 8
+  assert formulas.max_scaling_workers(100 * MB, GBIT, 16, 0.4) == 0
+  assert formulas.bandwidth_to_hide(100 * MB, 0.4) == pytest.approx(250 * MB)
 
 
 def test_batch_size_is_the_smallest_within_five_percent_of_the_best():

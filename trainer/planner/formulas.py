@@ -64,21 +64,39 @@ def spmd_step_s(compute_s: float, model_bytes: float, bandwidth: float,
   return max(compute_s, comm) if overlap else compute_s + comm
 
 
+def link_bound(model_bytes: float, bandwidth: float, compute_s: float) -> bool:
+  """Whether one worker's own traffic, S/B per direction, takes longer than
+  its compute T_C: then no number of shards hides it, only a faster link."""
+  return not math.isinf(bandwidth) and model_bytes / bandwidth > compute_s
+
+
+def bandwidth_to_hide(model_bytes: float, compute_s: float) -> float:
+  """The link (bytes/s) at which one worker's traffic just hides behind its
+  compute: S/T_C."""
+  return model_bytes / compute_s
+
+
 def min_ps_shards(model_bytes: float, bandwidth: float, num_workers: int,
                   compute_s: float) -> int:
   """Lemma: shards needed so one direction's traffic takes no longer than
-  the compute, N_ps >= ceil(N_w*S/(B*T_C)); at least 1."""
+  the compute, N_ps >= ceil(N_w*S/(B*T_C)); at least 1, and at most N_w:
+  with N_w shards a shard's link carries what a worker's does, so more
+  shards buy nothing (when even that is too slow, the job is link_bound)."""
   if math.isinf(bandwidth):
     return 1
-  return max(1, math.ceil(num_workers * model_bytes / (bandwidth * compute_s)))
+  needed = math.ceil(num_workers * model_bytes / (bandwidth * compute_s))
+  return max(1, min(needed, num_workers))
 
 
 def max_scaling_workers(model_bytes: float, bandwidth: float, num_shards: int,
                         compute_s: float) -> float:
   """Lemma: the most workers whose traffic still fits behind the compute,
-  N_w <= N_ps*B*T_C/S (inf for unlimited bandwidth)."""
+  N_w <= N_ps*B*T_C/S (inf for unlimited bandwidth); 0 when the job is
+  link_bound, since then not even one worker's traffic fits."""
   if math.isinf(bandwidth):
     return math.inf
+  if link_bound(model_bytes, bandwidth, compute_s):
+    return 0
   return math.floor(num_shards * bandwidth * compute_s / model_bytes)
 
 

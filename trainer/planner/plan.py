@@ -86,6 +86,7 @@ def _measure_and_plan(config, workdir: str) -> dict:
   bandwidth = measure.gbps_to_bytes_per_s(plan.link_bandwidth_gbps)
   latency = plan.link_latency_ms / 1e3
   shards = formulas.min_ps_shards(size, bandwidth, cluster_workers, compute)
+  link_limited = formulas.link_bound(size, bandwidth, compute)
   configured_shards = config.ps.num_shards
   max_workers = formulas.max_scaling_workers(size, bandwidth, configured_shards, compute)
 
@@ -127,6 +128,10 @@ def _measure_and_plan(config, workdir: str) -> dict:
           'num_shards': shards,
           'max_workers_that_scale': (None if math.isinf(max_workers) else max_workers),
           'for_num_shards': configured_shards,
+          # One worker's traffic alone outlasts T_C: a faster link, not more
+          # shards, is what would let the job scale.
+          'link_bound': link_limited,
+          'bandwidth_to_hide_gbps': formulas.bandwidth_to_hide(size, compute) * 8 / 1e9,
       },
       'predicted_by_shards': by_shards,
       'predicted_by_workers': by_workers,
@@ -152,6 +157,10 @@ def _table(result: dict) -> str:
       f'Gbit/s: {rec["num_shards"]}',
       f'most workers that still scale with {rec["for_num_shards"]} shards: '
       f'{rec["max_workers_that_scale"]}',
+      *([f'the link, not the number of shards, limits this job: one worker\'s '
+         f'{result["model_bytes"] / 1e6:.1f} MB take longer than T_C on '
+         f'{cluster["bandwidth_gbps"]:g} Gbit/s; {rec["bandwidth_to_hide_gbps"]:.3g} Gbit/s '
+         'or more would let it scale'] if rec['link_bound'] else []),
       '', f'{"N_w":>5} {"N_ps":>5} {"PS s":>9} {"PS+ovl s":>9} {"ring s":>9} {"ring+ovl s":>10}']
   for r in result['predicted_by_shards'] + result['predicted_by_workers']:
     lines.append(f'{r["num_workers"]:>5} {r["num_shards"]:>5} {r["ps_step_s"]:>9.4f} '
