@@ -75,6 +75,13 @@ def collectives(records) -> list[Table]:
   return tables
 
 
+def link_pacing(records) -> list[Table]:
+  return [(['Gbit/s', 'MB', 'X/B + latency s', 'median s', 'min s', 'max s', 'error %'],
+           [[_f(r['bandwidth_gbps'], 'g'), _f(r['megabytes'], 'g'), _f(r['expected_s']),
+             _f(r['median_s']), _f(r['min_s']), _f(r['max_s']),
+             _f(r['error_percent'], '+.1f')] for r in records])]
+
+
 def conv_forms(records) -> list[Table]:
   parts = any('xla_forward_gflops_per_s' in r for r in records)
   header = ['input', 'kernel', 'stride', 'XLA GFLOP/s', 'patches GFLOP/s',
@@ -211,4 +218,4 @@ def make_imagenet_like(records) -> list[Table]:
 TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
     step_parts, memory_table, multiprocess, restore_memory, quickstart, study,
-    input_pipeline, make_imagenet_like)}
+    input_pipeline, make_imagenet_like, link_pacing)}

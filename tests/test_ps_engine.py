@@ -286,6 +286,17 @@ def _timed_pushes(pairs, nbytes, bandwidth_gbps, latency_ms=0.0):
   return elapsed
 
 
+def test_a_push_on_idle_links_gets_no_transfer_time_for_free():
+  # 2.5 MB at 1 Gbit/s is 20 ms. Links idle since they were made may not
+  # have banked credit: sleeps never end early, so the push can take longer
+  # than its bytes over the bandwidth plus the latency, never less.
+  nbytes, gbps, latency_ms = 2_500_000, 1.0, 5.0
+  expected = nbytes * 8 / (gbps * 1e9) + latency_ms / 1e3
+  for _ in range(3):
+    time.sleep(0.05)  # idle again
+    assert _timed_pushes([(0, 0)], nbytes, gbps, latency_ms) >= expected
+
+
 def test_a_push_takes_its_bytes_over_the_bandwidth_plus_latency():
   nbytes, gbps = 40_000_000, 1.0  # 0.32 s at 1 Gbit/s
   expected = nbytes * 8 / (gbps * 1e9)

@@ -23,9 +23,6 @@ import numpy as np
 # small against it.
 _CHUNK_S = 0.002
 _MIN_CHUNK_BYTES = 1 << 16
-# A direction may bank this many chunks of idle time, so that a lone
-# transfer does not lose every sleep's wake-up delay (a token bucket's depth).
-_BURST_CHUNKS = 2
 
 
 class _Direction:
@@ -64,17 +61,24 @@ class Interface:
 _LOCK = threading.Lock()
 
 
-def _reserve(src: Interface, dst: Interface, nbytes: int, rate: float) -> float:
+def _reserve(src: Interface, dst: Interface, nbytes: int, rate: float,
+             previous_end: float | None = None) -> float:
   """Queues `nbytes` on src.tx and on dst.rx; returns when both have passed it.
 
   Each direction serves its queue at `rate`, independently of the other end
   (a switched network with buffers): a worker sending to four shards at
   once shares its own bandwidth four ways, and a shard receiving from four
   workers shares its own, without either waiting for the other to be idle.
+  The first chunk of a transfer starts no earlier than now: a transfer on
+  idle links gets no banked credit and takes its bytes over the bandwidth,
+  as the formulas assume. A later chunk may start where the transfer's
+  previous one ended (`previous_end`), however late its thread woke and
+  copied it: a message is one stream, and the link did not lose that time.
   """
   duration = nbytes / rate
   with _LOCK:
-    earliest = time.perf_counter() - _BURST_CHUNKS * _CHUNK_S
+    now = time.perf_counter()
+    earliest = now if previous_end is None else min(now, previous_end)
     src.tx.next_free = max(earliest, src.tx.next_free) + duration
     dst.rx.next_free = max(earliest, dst.rx.next_free) + duration
     src.tx.busy_s += duration
@@ -103,6 +107,7 @@ def transfer(src: Interface, dst: Interface,
   paced = bool(np.isfinite(rate))
   chunk_bytes = max(_MIN_CHUNK_BYTES, int(rate * _CHUNK_S)) if paced else 0
   total, pending, last_end = 0, 0, time.perf_counter()
+  previous_end = None  # where this transfer's last booked chunk ended
   copy_start = time.perf_counter()
   for destination, source in copies:
     # Contiguous row blocks of C-ordered arrays: flat views, no copies.
@@ -120,11 +125,11 @@ def transfer(src: Interface, dst: Interface,
       np.copyto(destination[first:last], source[first:last])
       pending += (last - first) * destination.itemsize
       if pending >= chunk_bytes:
-        last_end = _reserve(src, dst, pending, rate)
+        last_end = previous_end = _reserve(src, dst, pending, rate, previous_end)
         pending = 0
         _sleep_until(last_end)
   if pending:
-    last_end = _reserve(src, dst, pending, rate)
+    last_end = _reserve(src, dst, pending, rate, previous_end)
     _sleep_until(last_end)
   if not paced:
     copy_s = time.perf_counter() - copy_start
