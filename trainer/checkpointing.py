@@ -11,6 +11,7 @@ alone (`restore_weights`): the optimiser state, twice the parameters' bytes
 with AdamW, is never read.
 """
 
+import contextlib
 import math
 import os
 
@@ -73,21 +74,29 @@ def tree_from_paths(flat: dict) -> dict:
   return traverse_util.unflatten_dict(flat, sep='/')
 
 
+@contextlib.contextmanager
+def _reader(directory: str, item_handlers_: dict | None = None, **options):
+  """A manager of `directory` that only reads: create=False and no save
+  write nothing (--mode=eval may run beside the training that writes)."""
+  manager = ocp.CheckpointManager(
+      os.path.abspath(directory),
+      options=ocp.CheckpointManagerOptions(create=False, **options),
+      item_handlers=item_handlers_ or item_handlers())
+  try:
+    yield manager
+  finally:
+    manager.close()
+
+
 def all_steps(workdir: str) -> list[int]:
   """The steps of the work dir's complete checkpoints, in order, without
   writing anything (--mode=eval may run beside the training that writes
   them)."""
-  directory = os.path.abspath(os.path.join(workdir, LATEST_DIR))
+  directory = os.path.join(workdir, LATEST_DIR)
   if not os.path.isdir(directory):
     return []
-  # create=False and no save: a manager that writes nothing.
-  manager = ocp.CheckpointManager(
-      directory, options=ocp.CheckpointManagerOptions(create=False),
-      item_handlers=item_handlers())
-  try:
+  with _reader(directory) as manager:
     return sorted(manager.all_steps())
-  finally:
-    manager.close()
 
 
 def latest_step(workdir: str) -> int | None:
@@ -99,18 +108,13 @@ def latest_step(workdir: str) -> int | None:
 def best_steps(workdir: str) -> list[int]:
   """The steps in the work dir's checkpoints_best/, best (by eval top-1)
   last; [] when there is none. Creates nothing."""
-  directory = os.path.abspath(os.path.join(workdir, BEST_DIR))
+  directory = os.path.join(workdir, BEST_DIR)
   if not os.path.isdir(directory):
     return []
-  manager = ocp.CheckpointManager(
-      directory, options=ocp.CheckpointManagerOptions(
-          create=False, best_fn=lambda metrics: metrics['accuracy'], best_mode='max'),
-      item_handlers=item_handlers())
-  try:
+  with _reader(directory, best_fn=lambda metrics: metrics['accuracy'],
+               best_mode='max') as manager:
     steps = list(manager.all_steps())
     best = manager.best_step()
-  finally:
-    manager.close()
   return sorted(s for s in steps if s != best) + ([best] if best is not None else [])
 
 
@@ -120,13 +124,8 @@ def restore_weights(directory: str, step: int, abstract_state):
   what evaluation needs, without reading the optimiser state."""
   weights = {'step': abstract_state.step, 'params': abstract_state.params,
              'batch_stats': abstract_state.batch_stats}
-  manager = ocp.CheckpointManager(
-      os.path.abspath(directory), options=ocp.CheckpointManagerOptions(create=False),
-      item_handlers=item_handlers())
-  try:
+  with _reader(directory) as manager:
     saved = manager.item_metadata(step)['state']
-  finally:
-    manager.close()
   check_shapes(saved, weights, f'checkpoint {step} in {directory}')
   restored = restore_subset(directory, step, _without_empty(weights))
   logging.info('Restored the weights of checkpoint %d from %s', step, directory)
@@ -145,16 +144,10 @@ def restore_subset(directory: str, step: int, target: dict) -> dict:
   """
   # The PyTree handler reads what the Standard one wrote; only it restores a
   # part of a tree.
-  manager = ocp.CheckpointManager(
-      os.path.abspath(directory), options=ocp.CheckpointManagerOptions(create=False),
-      item_handlers={'state': ocp.PyTreeCheckpointHandler()})
-  try:
-    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+  with _reader(directory, {'state': ocp.PyTreeCheckpointHandler()}) as manager:
+    return manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
         target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
         partial_restore=True)))['state']
-  finally:
-    manager.close()
-  return restored
 
 
 def check_shapes(saved, expected, source: str) -> None:

@@ -86,7 +86,7 @@ def summary_json(summary: dict) -> str:
 
 def weights_only(exp: experiment.Experiment) -> experiment.Experiment:
   """`exp` for a state without optimiser state (opt_state=None), as
-  Checkpointer.restore_weights gives it: the eval step never reads it."""
+  checkpointing.restore_weights gives it: the eval step never reads it."""
   return dataclasses.replace(
       exp, state_shardings=exp.state_shardings.replace(opt_state=None),
       abstract_state=exp.abstract_state.replace(opt_state=None))
