@@ -74,11 +74,12 @@ def run(argv) -> int:
   if FLAGS.print_config:
     _print_listing(describe.config_text(config))
     return 0
-  ignored = validation.ignored_ps_keys(config) if FLAGS.mode in ('train', 'bench') else []
+  ignored = validation.ignored_engine_keys(config) if FLAGS.mode in ('train', 'bench') else []
   if ignored:
     # Not an error: a PS run's work dir keeps its ps.* keys when it goes
-    # on under SPMD.
-    logging.warning('engine=spmd: %s set, but only engine=ps uses them', ', '.join(ignored))
+    # on under another engine.
+    logging.warning('engine=%s: %s set, but this engine does not use them',
+                    config.engine, ', '.join(ignored))
   # Evaluation data that eval.* names (None: the training data's own split).
   evaluation = (eval_data.eval_data_config(config)
                 if FLAGS.mode in ('train', 'eval', 'prepare') else None)

@@ -43,7 +43,7 @@ def _config(model: str, engine: str, num_shards: int, bandwidth_gbps: float):
   config.num_train_steps = 1000
   config.engine = engine
   config.ps.num_shards = num_shards
-  config.ps.bandwidth_gbps = bandwidth_gbps
+  config.network.bandwidth_gbps = bandwidth_gbps
   for key, value in overrides.items():
     group, name = key.split('.')
     config[group][name] = value

@@ -6,7 +6,7 @@ wall time against the model's X/B + latency, on links idle before it.
 One record per message size and bandwidth: the median, min and max of
 `--repeats` transfers of X bytes between two fresh interfaces, each after
 50 ms of idle, and their error against X/B + latency
-(trainer/engines/ps/link.py; docs/ps-engine.md). Prints JSON lines with
+(trainer/engines/emulation/link.py; docs/ps-engine.md). Prints JSON lines with
 their provenance (benchmarks/provenance.py); --out also appends them to a file.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 import provenance  # benchmarks/provenance.py, beside this script
 
 sys.path.insert(0, provenance.REPO)
-from trainer.engines.ps import link  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainer.engines.emulation import link  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 flags.DEFINE_string('megabytes', '0.5,2.5,10,40', 'Message sizes, MB.')
 flags.DEFINE_string('bandwidths_gbps', '1,8', 'Link bandwidths, Gbit/s.')

@@ -72,24 +72,31 @@ def get_config() -> ml_collections.ConfigDict:
   # named sets in configs/sharding.py. Data, not code: a change of
   # parallelism is a change here and in config.mesh, never in the model.
   config.sharding_rules = sharding.FSDP_TENSOR
-  config.engine = 'spmd'  # spmd (jit over the mesh), ps (host parameter-server emulation; ARCHITECTURE.md)
+  config.engine = 'spmd'  # spmd (jit over the mesh), ps (parameter-server emulation), allreduce (ring all-reduce emulation); ARCHITECTURE.md
+
+  # --- The emulated network (engine='ps' or 'allreduce') -----------------------
+  config.network = ml_collections.ConfigDict()
+  config.network.num_workers = 0  # N_w: worker devices; 0: every device
+  config.network.bandwidth_gbps = 0.0  # per network interface and direction, Gbit/s; 0: unlimited
+  config.network.latency_ms = 0.0  # one-way latency of every message
+
+  # --- All-reduce emulation (engine='allreduce') --------------------------------
+  config.allreduce = ml_collections.ConfigDict()
+  config.allreduce.algorithm = 'ring'  # ring (reduce-scatter then all-gather, each worker sending to the next)
 
   # --- Parameter-server emulation (engine='ps') --------------------------------
   config.ps = ml_collections.ConfigDict()
   config.ps.num_shards = 1  # N_ps: server shards in host memory
-  config.ps.num_workers = 0  # N_w: worker devices; 0: every device
   config.ps.mode = 'sync'  # sync (one aggregated update per step, = SPMD data parallelism), async (each gradient applied on arrival)
   config.ps.max_staleness = 1  # async: steps a worker may run ahead of the slowest (0: none; sync needs 1)
   config.ps.partitioner = 'greedy'  # greedy (balance bytes; large variables split along axis 0), round_robin (whole variables in turn)
-  config.ps.bandwidth_gbps = 0.0  # per network interface and direction, Gbit/s; 0: unlimited
-  config.ps.latency_ms = 0.0  # one-way latency of every message
   config.ps.overlap = False  # push a layer's gradient as soon as backprop produces it, while earlier layers still compute
 
   # --- The planner (--mode=plan) and the study (--mode=study) -----------------
   config.plan = ml_collections.ConfigDict()
   config.plan.per_worker_batch_sizes = '2,4,8,16,32,64'  # per-worker mini-batches to sweep (up to what fits)
   config.plan.repeats = 5  # timed runs per measurement (median)
-  config.plan.num_workers = 0  # N_w of the cluster to plan for; 0: ps.num_workers, else every device
+  config.plan.num_workers = 0  # N_w of the cluster to plan for; 0: network.num_workers, else every device
   config.plan.link_bandwidth_gbps = 10.0  # link of the cluster to plan for, Gbit/s per interface and direction
   config.plan.link_latency_ms = 0.05  # its one-way latency, ms
   config.plan.compute_s = 0.0  # a stated T_C of the chosen mini-batch; 0: from the device peak, else the measured one

@@ -122,6 +122,9 @@ RENAMED_KEYS: dict[str, tuple[str, Any]] = {
     'study.batch_sizes': ('study.global_batch_sizes', None),
     'study.bandwidths_gbps': ('study.link_bandwidths_gbps', None),
     'eval.checkpoint_step': ('eval.checkpoint', _eval_checkpoint_from_step),
+    'ps.num_workers': ('network.num_workers', None),
+    'ps.bandwidth_gbps': ('network.bandwidth_gbps', None),
+    'ps.latency_ms': ('network.latency_ms', None),
 }
 # Values whose meaning changed: (key, old value) -> the value that means the
 # same now. ps.max_staleness=-1 meant "unset, 1".

@@ -53,11 +53,11 @@ BAD_INVOCATIONS = [
     ([QUICK, '--config.engine=ps', '--config.ps.mode=async',
       '--config.ps.max_staleness=-2'], 'ps.max_staleness'),
     ([QUICK, '--config.engine=ps', '--config.ps.max_staleness=2'], 'ps.max_staleness'),
-    ([QUICK, '--config.engine=ps', '--config.ps.bandwidth_gbps=-1'], 'ps.bandwidth_gbps'),
+    ([QUICK, '--config.engine=ps', '--config.network.bandwidth_gbps=-1'], 'network.bandwidth_gbps'),
     ([QUICK, '--config.engine=ps', '--config.mesh.fsdp=2'], 'engine=ps'),
     ([QUICK, '--config.engine=ps', '--config.mesh.shard_update=true'], 'mesh.shard_update'),
     ([QUICK, '--config.data.source=synthetic', '--config.engine=ps',
-      '--config.ps.overlap=true'], 'ps.num_workers'),  # 8 of 8 CPU devices
+      '--config.ps.overlap=true'], 'network.num_workers'),  # 8 of 8 CPU devices
     ([QUICK, '--config.engine=ps', '--config.model.bn_group_size=32'],
      'model.bn_group_size'),  # groups would span the 8 workers' slices of 16
     # Values that once ended in a traceback.
@@ -214,14 +214,18 @@ def test_an_unusable_workdir_exits_2_with_one_line_before_any_work(tmp_path, kin
   assert sorted(str(p) for p in tmp_path.rglob('*')) == before
 
 
-def test_ps_keys_set_under_spmd_are_named_as_ignored():
+def test_keys_of_other_engines_are_named_as_ignored():
   # pylint: disable=g-import-not-at-top
   from configs import default
   from trainer import validation
   # pylint: enable=g-import-not-at-top
   config = default.get_config()
-  assert validation.ignored_ps_keys(config) == []
+  assert validation.ignored_engine_keys(config) == []
   config.ps.num_shards, config.ps.overlap = 2, True
-  assert validation.ignored_ps_keys(config) == ['ps.num_shards', 'ps.overlap']
+  assert validation.ignored_engine_keys(config) == ['ps.num_shards', 'ps.overlap']
   config.engine = 'ps'
-  assert validation.ignored_ps_keys(config) == []
+  assert validation.ignored_engine_keys(config) == []
+  config.network.bandwidth_gbps, config.allreduce.algorithm = 1.0, 'other'
+  assert validation.ignored_engine_keys(config) == ['allreduce.algorithm']
+  config.engine = 'allreduce'
+  assert validation.ignored_engine_keys(config) == ['ps.num_shards', 'ps.overlap']

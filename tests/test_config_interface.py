@@ -35,12 +35,15 @@ def test_every_schema_key_is_documented_once_with_a_meaning():
 def test_old_key_names_in_a_saved_config_load_as_the_new_ones():
   config = schema.conform_to_schema(
       {'plan.batch_sizes': '2,4', 'study.bandwidths_gbps': '1', 'plan.latency_ms': 0.1,
-       'eval.checkpoint_step': -1, 'ps.max_staleness': -1}, source='config.json')
+       'eval.checkpoint_step': -1, 'ps.max_staleness': -1, 'ps.num_workers': 2,
+       'ps.bandwidth_gbps': 8.0, 'ps.latency_ms': 0.5}, source='config.json')
   assert config.plan.per_worker_batch_sizes == '2,4'
   assert config.study.link_bandwidths_gbps == '1'
   assert config.plan.link_latency_ms == 0.1
   assert config.eval.checkpoint == 'latest'
   assert config.ps.max_staleness == 1
+  assert (config.network.num_workers, config.network.bandwidth_gbps,
+          config.network.latency_ms) == (2, 8.0, 0.5)
   stepped = schema.conform_to_schema({'eval.checkpoint_step': 40}, source='config.json')
   assert stepped.eval.checkpoint == '40'
 

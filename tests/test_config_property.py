@@ -133,7 +133,7 @@ def _check_like_main(values: dict, overrides: list[tuple[str, str]]) -> None:
   config = schema.conform_to_schema(values, source='recipe.py')
   config_loader.apply_overrides(config, overrides)
   validation.check_config(config)
-  validation.ignored_ps_keys(config)
+  validation.ignored_engine_keys(config)
   evaluation = eval_data.eval_data_config(config)
   check_data_config(config.data)
   if evaluation is not None:

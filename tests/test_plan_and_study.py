@@ -17,7 +17,7 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   # T_C is the chosen batch's FLOPs (XLA's count here) at that peak and
   # utilisation; the sweep is measured here.
   result = run_main(f'--workdir={workdir}', '--mode=plan', *TINY,
-                    '--config.ps.num_workers=2', '--config.plan.per_worker_batch_sizes=2,4',
+                    '--config.network.num_workers=2', '--config.plan.per_worker_batch_sizes=2,4',
                     '--config.plan.num_workers=16', '--config.plan.link_bandwidth_gbps=10',
                     '--config.plan.device_tflops=100',
                     '--config.plan.device_utilization=0.5')

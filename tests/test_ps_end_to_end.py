@@ -12,7 +12,7 @@ def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(tmp_pat
   # 8 steps: the pause at step 3 leaves 5 to resume, the SPMD run 2 more.
   flags = tiny_synthetic_run_flags(
       num_train_steps=8, log_every_steps=1, eval_every_steps=100, engine='ps',
-      **{'checkpoint.every_steps': 100, 'ps.num_shards': 2, 'ps.num_workers': 4})
+      **{'checkpoint.every_steps': 100, 'ps.num_shards': 2, 'network.num_workers': 4})
   straight = str(tmp_path / 'straight')
   result = run_main(f'--workdir={straight}', *flags)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -36,7 +36,7 @@ def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(tmp_pat
                     '--config.num_train_steps=10')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Resuming from step 8' in result.stderr
-  assert 'engine=spmd: ps.num_shards, ps.num_workers set, but only engine=ps' in result.stderr
+  assert 'engine=spmd: ps.num_shards, network.num_workers set, but only engine=ps' in result.stderr
   assert max(r['step'] for r in _records(interrupted, 'train')) == 10
   result = run_main(f'--workdir={interrupted}', '--mode=eval')
   assert result.returncode == 0, result.stderr[-3000:]
@@ -52,7 +52,7 @@ def test_asynchronous_ps_with_staleness_2_trains_the_quickstart(tmp_path, shapes
   result = run_main(f'--workdir={workdir}', '--config=configs/quickstart.py',
                     f'--config.data.dir={shapes_dir}', '--config.engine=ps',
                     '--config.ps.mode=async', '--config.ps.max_staleness=2',
-                    '--config.ps.num_workers=2', '--config.ps.num_shards=2',
+                    '--config.network.num_workers=2', '--config.ps.num_shards=2',
                     '--config.eval_every_steps=1000',
                     # Hundreds of steps: XLA's optimisations pay for
                     # their compile time here (tests/conftest.py).

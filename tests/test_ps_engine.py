@@ -18,10 +18,10 @@ from trainer import device_input
 from trainer import engines
 from trainer import experiment
 from trainer import state as state_lib
-from trainer.engines.ps import link
+from trainer.engines.emulation import link
 from trainer.engines.ps import partition
 from trainer.engines.ps import state_split
-from trainer.engines.ps import workers
+from trainer.engines.emulation import workers
 
 IMAGE_SIZE, BATCH, NUM_CLASSES, NUM_STEPS = 16, 16, 5, 5
 
@@ -84,7 +84,7 @@ def test_synchronous_ps_gives_the_parameters_of_spmd(model, overlap, clip):
   spmd_metrics, spmd = _train(_config('spmd', model, **{
       'model.bn_group_size': 8, 'grad_clip_norm': clip}))
   ps_metrics, ps = _train(_config('ps', model, **{
-      'ps.num_workers': 2, 'ps.num_shards': 3, 'ps.overlap': overlap,
+      'network.num_workers': 2, 'ps.num_shards': 3, 'ps.overlap': overlap,
       'grad_clip_norm': clip}))
   if clip:
     assert max(m['grad_norm'] for m in spmd_metrics) > clip  # clipping acts
@@ -107,7 +107,7 @@ def test_asynchronous_ps_never_applies_a_gradient_staler_than_allowed():
   # A 2-block ViT: what is checked is the engine's; its programs compile
   # fast (once per worker device) and are those of test_ps_failures.py.
   metrics, state = _train(_config('ps', 'vit_ti16', **{
-      'ps.num_workers': 2, 'ps.num_shards': 2, 'ps.mode': 'async',
+      'network.num_workers': 2, 'ps.num_shards': 2, 'ps.mode': 'async',
       'ps.max_staleness': 1}))
   assert int(state.step) == NUM_STEPS
   # optax's count is in global steps again in the checkpointed state.
@@ -154,7 +154,7 @@ def test_asynchronous_ps_resumes_with_the_step_counts_of_an_uninterrupted_run(
   monkeypatch.setattr(workers, 'compile_async_programs',
                       _dropping(workers.compile_async_programs, dropped))
   config = _config('ps', 'vit_ti16', **{
-      'ps.num_workers': 2, 'ps.num_shards': 2, 'ps.mode': 'async',
+      'network.num_workers': 2, 'ps.num_shards': 2, 'ps.mode': 'async',
       'nonfinite': 'skip', 'learning_rate': 0.01})
   exp = experiment.build_experiment(config, '/nonexistent')
   initial = jax.device_get(state_lib.create_train_state(

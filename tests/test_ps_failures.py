@@ -20,9 +20,9 @@ from trainer import engines
 from trainer import experiment
 from trainer import state as state_lib
 from trainer.engines.ps import engine as ps_engine
-from trainer.engines.ps import link
+from trainer.engines.emulation import link
 from trainer.engines.ps import shard as shard_lib
-from trainer.engines.ps import threads
+from trainer.engines.emulation import threads
 
 # A bound on waiting for a failure to surface, so that a hang fails the test
 # instead of the suite's timeout: a step of this model takes well under 1 s.
@@ -38,7 +38,7 @@ def _ps_config(mode: str, **overrides):
   # and its parameters initialise in about a second each under the tests'
   # XLA flags (AlexNet's wide dense layers take over ten to initialise).
   return _config('ps', 'vit_ti16', **{
-      'ps.num_workers': 2, 'ps.num_shards': 2, 'ps.mode': mode, **overrides})
+      'network.num_workers': 2, 'ps.num_shards': 2, 'ps.mode': mode, **overrides})
 
 
 @pytest.fixture(scope='module')
@@ -152,8 +152,8 @@ def test_asynchronous_workers_that_do_not_fit_device_memory_are_refused():
 def test_a_ps_run_that_does_not_fit_device_memory_stops_before_writing(tmp_path):
   workdir = tmp_path / 'run'
   result = run_main(f'--workdir={workdir}', *tiny_synthetic_run_flags(
-      engine='ps', **{'ps.num_workers': 2}), '--config.runtime.device_memory_gib=0.0001')
+      engine='ps', **{'network.num_workers': 2}), '--config.runtime.device_memory_gib=0.0001')
   assert result.returncode == 2, result.stderr[-2000:]
   error = result.stderr.strip().splitlines()[-1]
-  assert 'does not fit' in error and 'GiB short' in error and 'ps.num_workers' in error
+  assert 'does not fit' in error and 'GiB short' in error and 'network.num_workers' in error
   assert not workdir.exists()

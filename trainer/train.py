@@ -295,7 +295,7 @@ def _log_progress(run: _Run, interval: _Interval, step: int,
                'ETA %s%s', step, total, summary['loss'], summary['accuracy'],
                config.batch_size / step_time, 100 * run.utilization.of(step_time),
                _format_eta(step_time * (total - step)),
-               _time_split(summary))
+               _time_split(summary, run.engine.step_phases))
   return _Interval(step)
 
 
@@ -344,10 +344,9 @@ def _pause_until_stop_requested(step: int, stop: preemption.StopRequest) -> None
     time.sleep(0.01)
 
 
-def _time_split(summary: dict) -> str:
+def _time_split(summary: dict, phases: tuple[str, ...]) -> str:
   """' | compute 61% push 20% ...' for engines that time their phases."""
-  parts = [k for k in ('compute_s', 'push_s', 'update_s', 'pull_s', 'wait_s')
-           if k in summary]
+  parts = [k for k in phases if k in summary]
   total = sum(summary[k] for k in parts)
   if not parts or total <= 0:
     return ''

@@ -16,7 +16,8 @@ MESH_AXES = ('data', 'fsdp', 'tensor')
 OPTIMIZERS = ('sgd', 'adamw')
 LR_SCALINGS = ('linear', 'none')
 LR_SCHEDULES = ('cosine', 'constant')
-ENGINES = ('spmd', 'ps')
+ENGINES = ('spmd', 'ps', 'allreduce')
+ALLREDUCE_ALGORITHMS = ('ring',)
 PS_MODES = ('sync', 'async')
 PS_PARTITIONERS = ('greedy', 'round_robin')
 NONFINITE = ('stop', 'skip')
@@ -165,6 +166,7 @@ def _check_parallelism(config: ml_collections.ConfigDict) -> None:
     for axis in filter(None, rule[1].split(',')):
       _one_of(f'sharding_rules[{rule[0]}]', axis, MESH_AXES)
   _one_of('engine', config.engine, ENGINES)
+  _check_network(config)
   _check_ps(config)
 
 
@@ -203,21 +205,48 @@ def _check_runtime(config: ml_collections.ConfigDict) -> None:
   _at_least('runtime.agree_every_steps', config.runtime.agree_every_steps, 1)
 
 
-def ignored_ps_keys(config: ml_collections.ConfigDict) -> list[str]:
-  """The ps.* keys set away from their defaults in a run that trains or
-  benchmarks with engine=spmd, where they do nothing (the planner and the
-  study read them whatever the engine)."""
-  if config.engine != 'spmd':
-    return []
+def ignored_engine_keys(config: ml_collections.ConfigDict) -> list[str]:
+  """The keys of engines other than the configured one (network.*, ps.*,
+  allreduce.*) set away from their defaults in a run that trains or
+  benchmarks, where they do nothing (the planner and the study read them
+  whatever the engine)."""
   from configs import default  # pylint: disable=g-import-not-at-top
-  defaults = default.get_config().ps
-  return [f'ps.{key}' for key in sorted(config.ps) if config.ps[key] != defaults[key]]
+  defaults = default.get_config()
+  used = {'spmd': (), 'ps': ('network', 'ps'), 'allreduce': ('network', 'allreduce')}
+  ignored = []
+  for section in ('network', 'ps', 'allreduce'):
+    if section in used.get(config.engine, ()):
+      continue
+    ignored += [f'{section}.{key}' for key in sorted(config[section])
+                if config[section][key] != defaults[section][key]]
+  return ignored
+
+
+def _check_network(config: ml_collections.ConfigDict) -> None:
+  network = config.network
+  _at_least('network.num_workers', network.num_workers, 0)
+  for key in ('bandwidth_gbps', 'latency_ms'):
+    if not math.isfinite(network[key]) or network[key] < 0:
+      raise UsageError(f'network.{key}={network[key]!r} must be a finite number > 0, '
+                       'or 0 for ' + ('unlimited' if key == 'bandwidth_gbps'
+                                      else 'none'))
+  _one_of('allreduce.algorithm', config.allreduce.algorithm, ALLREDUCE_ALGORITHMS)
+  if config.engine in ('ps', 'allreduce'):
+    if config.mesh.fsdp not in (1,) or config.mesh.tensor not in (1,):
+      raise UsageError(
+          f'engine={config.engine} emulates data parallelism only, but mesh.fsdp='
+          f'{config.mesh.fsdp} and mesh.tensor={config.mesh.tensor}; set both '
+          'to 1 (or use engine=spmd)')
+    if config.mesh.shard_update:
+      raise UsageError(f'mesh.shard_update splits the SPMD update over the data '
+                       f'axis; engine={config.engine} updates on its own (ps: on '
+                       'the server shards; allreduce: on every worker); set '
+                       'mesh.shard_update=false')
 
 
 def _check_ps(config: ml_collections.ConfigDict) -> None:
   ps = config.ps
   _at_least('ps.num_shards', ps.num_shards, 1)
-  _at_least('ps.num_workers', ps.num_workers, 0)
   _one_of('ps.mode', ps.mode, PS_MODES)
   _one_of('ps.partitioner', ps.partitioner, PS_PARTITIONERS)
   if ps.max_staleness < 0:
@@ -226,22 +255,8 @@ def _check_ps(config: ml_collections.ConfigDict) -> None:
   if ps.mode == 'sync' and ps.max_staleness != 1:
     raise UsageError(f'ps.max_staleness={ps.max_staleness} applies to '
                      'ps.mode=async only; remove it or set ps.mode=async')
-  for key in ('bandwidth_gbps', 'latency_ms'):
-    if not math.isfinite(ps[key]) or ps[key] < 0:
-      raise UsageError(f'ps.{key}={ps[key]!r} must be a finite number > 0, '
-                       'or 0 for ' + ('unlimited' if key == 'bandwidth_gbps'
-                                      else 'none'))
   if config.engine != 'ps':
     return
-  if config.mesh.fsdp not in (1,) or config.mesh.tensor not in (1,):
-    raise UsageError(
-        f'engine=ps emulates data parallelism only, but mesh.fsdp='
-        f'{config.mesh.fsdp} and mesh.tensor={config.mesh.tensor}; set both '
-        'to 1 (or use engine=spmd)')
-  if config.mesh.shard_update:
-    raise UsageError('mesh.shard_update splits the SPMD update over the data '
-                     'axis; engine=ps updates on its server shards '
-                     '(ps.num_shards) instead; set mesh.shard_update=false')
   if ps.overlap and ps.mode != 'sync':
     raise UsageError('ps.overlap is built for ps.mode=sync only; set one of '
                      'them differently')
@@ -300,9 +315,9 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
                        config.data.image_size)
 
 
-def num_ps_workers(config: ml_collections.ConfigDict, num_devices: int) -> int:
-  """N_w: ps.num_workers, or every device when it is 0."""
-  return config.ps.num_workers or num_devices
+def num_emulated_workers(config: ml_collections.ConfigDict, num_devices: int) -> int:
+  """N_w: network.num_workers, or every device when it is 0."""
+  return config.network.num_workers or num_devices
 
 
 def resolve_mesh_shape(mesh_config, num_devices: int) -> tuple[int, ...]:
@@ -351,22 +366,22 @@ def check_against_devices(config: ml_collections.ConfigDict, *,
     raise UsageError(f'model.bn_group_size={group} does not divide the batch '
                      f'of {micro_batch} that batch norm sees (batch_size / '
                      'grad_accum_steps)')
-  if config.engine == 'ps':
-    _check_ps_against_devices(config, num_devices, num_processes)
+  if config.engine in ('ps', 'allreduce'):
+    _check_workers_against_devices(config, num_devices, num_processes)
 
 
-def _check_ps_against_devices(config, num_devices: int, num_processes: int) -> None:
+def _check_workers_against_devices(config, num_devices: int, num_processes: int) -> None:
   if num_processes > 1:
-    raise UsageError(f'engine=ps runs in one process (its servers live in that '
-                     f'host\'s memory), but {num_processes} processes were '
-                     'started; use engine=spmd across hosts')
-  workers = num_ps_workers(config, num_devices)
+    raise UsageError(f'engine={config.engine} emulates a cluster inside one '
+                     f'process, but {num_processes} processes were started; '
+                     'use engine=spmd across hosts')
+  workers = num_emulated_workers(config, num_devices)
   if workers > num_devices:
-    raise UsageError(f'ps.num_workers={workers} but only {num_devices} devices '
+    raise UsageError(f'network.num_workers={workers} but only {num_devices} devices '
                      'are present; workers are devices')
   if config.batch_size % workers:
     raise UsageError(f'batch_size={config.batch_size} does not divide over the '
-                     f'{workers} ps workers; use a multiple of {workers}')
+                     f'{workers} workers (network.num_workers); use a multiple of {workers}')
   per_worker = config.batch_size // workers
   if per_worker % config.grad_accum_steps:
     raise UsageError(
@@ -376,6 +391,6 @@ def _check_ps_against_devices(config, num_devices: int, num_processes: int) -> N
   micro = per_worker // config.grad_accum_steps
   if group and micro % group:
     raise UsageError(
-        f'model.bn_group_size={group}: a ps worker keeps batch-norm statistics '
+        f'model.bn_group_size={group}: a worker keeps batch-norm statistics '
         f'of its own {micro} examples only, so groups must divide {micro} '
         '(or set 0: each worker\'s whole slice)')

@@ -12,8 +12,14 @@ workers' gradients are combined:
   ps/      a parameter-server emulation: worker devices push gradients to
            server shards in host memory over paced links and pull parameters
            back (ARCHITECTURE.md, the parameter-server emulation).
+  allreduce/  an all-reduce emulation: the workers' gradients travel around
+           a ring over the same paced links, and every worker applies the
+           same update (ARCHITECTURE.md, the all-reduce emulation).
+  emulation/  what the two emulated engines share: links, the wire layout,
+           the workers' gradient programs, threads.
 """
 
+import importlib
 from typing import Protocol
 
 from trainer.state import TrainState
@@ -24,6 +30,9 @@ class Engine(Protocol):
 
   # Where the loop puts each global batch (a jax Sharding).
   batch_sharding: object
+  # The metrics (seconds) that split a step's time into its phases, in
+  # order; the progress line shows their shares. () for none.
+  step_phases: tuple[str, ...]
 
   def start(self, state: TrainState, meta: dict | None = None) -> None:
     """Takes the initial (fresh or restored) state; the engine owns it now.
@@ -50,10 +59,16 @@ class Engine(Protocol):
     a thread of its own does not end."""
 
 
+# engine name -> 'module:class'. Imported on use: the emulated engines'
+# modules are not loaded by a run that does not use them.
+REGISTRY = {
+    'spmd': 'trainer.engines.spmd:SpmdEngine',
+    'ps': 'trainer.engines.ps.engine:ParameterServerEngine',
+    'allreduce': 'trainer.engines.allreduce.engine:AllReduceEngine',
+}
+
+
 def create_engine(exp) -> Engine:
   """The configured engine, compiled and ready to start (nothing written)."""
-  if exp.config.engine == 'ps':
-    from trainer.engines.ps import engine as ps_engine  # pylint: disable=g-import-not-at-top
-    return ps_engine.ParameterServerEngine(exp)
-  from trainer.engines import spmd  # pylint: disable=g-import-not-at-top
-  return spmd.SpmdEngine(exp)
+  module, name = REGISTRY[exp.config.engine].split(':')
+  return getattr(importlib.import_module(module), name)(exp)

@@ -62,6 +62,7 @@ class SpmdEngine:
 
   def __init__(self, exp):
     self.batch_sharding = exp.batch_sharding
+    self.step_phases = ()  # one program: XLA overlaps its phases
     self._train_step, self.flops_per_step = compile_train_step(exp)
     self._state = None
     self._pending = []

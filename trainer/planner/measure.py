@@ -22,8 +22,8 @@ from trainer import state as state_lib
 from trainer.engines.ps import partition
 from trainer.engines.ps import shard as shard_lib
 from trainer.engines.ps import state_split
-from trainer.engines.ps import wire
-from trainer.engines.ps import workers
+from trainer.engines.emulation import wire
+from trainer.engines.emulation import workers
 
 
 @dataclasses.dataclass

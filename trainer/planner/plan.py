@@ -45,9 +45,9 @@ def run_plan(config, workdir: str) -> dict:
 def _measure_and_plan(config, workdir: str) -> dict:
   plan = config.plan  # values checked by trainer/validation.py
   batches = parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)
-  local_workers = validation.num_ps_workers(config, jax.device_count())
+  local_workers = validation.num_emulated_workers(config, jax.device_count())
   if local_workers > jax.device_count():
-    raise UsageError(f'ps.num_workers={local_workers}: the sweep runs that many '
+    raise UsageError(f'network.num_workers={local_workers}: the sweep runs that many '
                      f'workers here, but {jax.device_count()} devices are present')
   cluster_workers = plan.num_workers or local_workers
   # Speed is measured on synthetic data: no input pipeline in the way.

@@ -84,9 +84,9 @@ def cell_config(config, cell: dict):
   c.ps.mode = 'sync'
   c.ps.max_staleness = 1  # the sync engine's only accepted value
   c.ps.overlap = False
-  c.ps.num_workers = cell['num_workers']
+  c.network.num_workers = cell['num_workers']
   c.ps.num_shards = cell['num_shards']
-  c.ps.bandwidth_gbps = cell['bandwidth_gbps']
+  c.network.bandwidth_gbps = cell['bandwidth_gbps']
   return c
 
 
@@ -161,7 +161,7 @@ class Predictor:
     share = math.ceil(n / (os.cpu_count() or 1))
     device_copies = copies['device_s'] * share
     bandwidth = measure.gbps_to_bytes_per_s(cell['bandwidth_gbps'])
-    latency = exp.config.ps.latency_ms / 1e3
+    latency = exp.config.network.latency_ms / 1e3
     step = formulas.ps_step_s(
         compute, size, bandwidth, n, n_ps, latency_s=latency, update_s=update,
         largest_shard_bytes=largest,

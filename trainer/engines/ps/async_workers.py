@@ -27,9 +27,9 @@ import time
 import jax
 import numpy as np
 
-from trainer.engines.ps import link
-from trainer.engines.ps import threads
-from trainer.engines.ps import workers
+from trainer.engines.emulation import link
+from trainer.engines.emulation import threads
+from trainer.engines.emulation import workers
 
 _POLL_S = 1.0  # how often a blocked thread looks for a failure elsewhere
 

@@ -31,13 +31,13 @@ import numpy as np
 from trainer import validation
 from configs.errors import UsageError
 from trainer import optim
-from trainer.engines.ps import link
+from trainer.engines.emulation import link
 from trainer.engines.ps import partition
 from trainer.engines.ps import shard as shard_lib
 from trainer.engines.ps import state_split
-from trainer.engines.ps import threads
-from trainer.engines.ps import wire
-from trainer.engines.ps import workers
+from trainer.engines.emulation import threads
+from trainer.engines.emulation import wire
+from trainer.engines.emulation import workers
 from trainer.engines.ps.state_split import PARAMS, STATS
 from trainer.state import TrainState
 
@@ -63,11 +63,11 @@ class ParameterServerEngine:
   """Workers are devices; server shards live in host memory (ARCHITECTURE.md)."""
 
   def __init__(self, exp):
-    config, ps = exp.config, exp.config.ps
+    config, ps, network = exp.config, exp.config.ps, exp.config.network
     self._exp = exp
     self._async = ps.mode == 'async'
     devices = jax.devices()
-    self.num_workers = n = validation.num_ps_workers(config, len(devices))
+    self.num_workers = n = validation.num_emulated_workers(config, len(devices))
     self._overlap = ps.overlap
     if self._overlap and devices[0].platform == 'cpu' and n == len(devices):
       # XLA hands a gradient to the host by placing it on the first CPU
@@ -75,7 +75,7 @@ class ParameterServerEngine:
       raise UsageError(
           'ps.overlap on CPU devices needs one device that is not a worker, '
           'where gradients reach the host during backprop: set '
-          'ps.num_workers below the device count (emulate more devices with '
+          'network.num_workers below the device count (emulate more devices with '
           'XLA_FLAGS=--xla_force_host_platform_device_count=N if needed)')
     # The last N_w devices: on a CPU-only machine the first one is also the
     # host's, where shards compute and host callbacks land (ps.overlap).
@@ -83,6 +83,7 @@ class ParameterServerEngine:
     self._mesh = workers.worker_mesh(self.devices)
     P = jax.sharding.PartitionSpec
     self.batch_sharding = jax.sharding.NamedSharding(self._mesh, P(workers.AXIS))
+    self.step_phases = ('compute_s', 'push_s', 'update_s', 'pull_s', 'wait_s')
     self._replicated = jax.sharding.NamedSharding(self._mesh, P())
 
     abstract = exp.abstract_state
@@ -120,10 +121,10 @@ class ParameterServerEngine:
       lr_fn = lambda count: exp.learning_rate_fn(count // n) / n  # pylint: disable=unnecessary-lambda-assignment
     tx = optim.create_optimizer(config, lr_fn, clip=False)
     self.shards = [
-        shard_lib.ServerShard(j, pieces, tx, n, bandwidth_gbps=ps.bandwidth_gbps,
-                              latency_ms=ps.latency_ms)
+        shard_lib.ServerShard(j, pieces, tx, n, bandwidth_gbps=network.bandwidth_gbps,
+                              latency_ms=network.latency_ms)
         for j, pieces in enumerate(self.shard_pieces)]
-    self.worker_nics = [link.Interface(f'worker{i}', ps.bandwidth_gbps, ps.latency_ms)
+    self.worker_nics = [link.Interface(f'worker{i}', network.bandwidth_gbps, network.latency_ms)
                         for i in range(n)]
     self._clip = config.grad_clip_norm
     self._skip_nonfinite = config.nonfinite == 'skip'

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from trainer.engines.ps import link
+from trainer.engines.emulation import link
 from trainer.engines.ps import state_split
-from trainer.engines.ps import wire
+from trainer.engines.emulation import wire
 from trainer.engines.ps.state_split import PARAMS, STATS
 
 

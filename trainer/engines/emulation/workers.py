@@ -18,7 +18,7 @@ import numpy as np
 
 from trainer import memory
 from trainer import step_functions
-from trainer.engines.ps import wire
+from trainer.engines.emulation import wire
 
 AXIS = 'workers'
 
@@ -143,7 +143,7 @@ def compile_async_programs(exp, devices, layout, per_worker_batch: int):
 # What to change when a worker's program does not fit its device.
 _MEMORY_REMEDY = (
     'Every worker holds a whole copy of the parameters: lower the per-worker '
-    'batch (batch_size, more workers with ps.num_workers, or grad_accum_steps), '
+    'batch (batch_size, more workers with network.num_workers, or grad_accum_steps), '
     'recompute activations (model.remat=full), or shard the parameters with '
     'engine=spmd and mesh.fsdp')
 
