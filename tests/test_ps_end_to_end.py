@@ -36,7 +36,8 @@ def test_a_ps_run_resumes_bitwise_after_sigterm_and_continues_under_spmd(tmp_pat
                     '--config.num_train_steps=10')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Resuming from step 8' in result.stderr
-  assert 'engine=spmd: ps.num_shards, network.num_workers set, but only engine=ps' in result.stderr
+  assert ('engine=spmd: network.num_workers, ps.num_shards set, but this engine '
+          'does not use them') in result.stderr
   assert max(r['step'] for r in _records(interrupted, 'train')) == 10
   result = run_main(f'--workdir={interrupted}', '--mode=eval')
   assert result.returncode == 0, result.stderr[-3000:]
