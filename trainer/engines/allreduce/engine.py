@@ -25,7 +25,7 @@ import numpy as np
 from trainer import validation
 from trainer.engines.allreduce import ring as ring_lib
 from trainer.engines.allreduce import update as update_lib
-from trainer.engines.emulation import link
+from trainer.engines.emulation import topology
 from trainer.engines.emulation import threads
 from trainer.engines.emulation import wire
 from trainer.engines.emulation import workers
@@ -73,15 +73,19 @@ class AllReduceEngine:
     update_lib.check_memory(exp, self._gradients, self._update, self.layout)
     compile_s = time.perf_counter() - start
 
-    self.nics = [link.Interface(f'worker{i}', network.bandwidth_gbps, network.latency_ms)
-                 for i in range(n)]
+    self.topology = topology.Topology(
+        n, network.devices_per_host, nic_gbps=network.bandwidth_gbps,
+        nic_latency_ms=network.latency_ms, intra_host_gbps=network.intra_host_gbps,
+        intra_host_latency_ms=network.intra_host_latency_ms)
     self._host_vectors = [self.layout.empty() for _ in range(n)]
-    self._ring = ring_lib.Ring(self._host_vectors, self.nics)
+    self._allreduce = ring_lib.AllReduce(config.allreduce.algorithm,
+                                         self._host_vectors, self.topology)
     self.thread_prefix = threads.new_prefix()
     self._tasks = concurrent.futures.ThreadPoolExecutor(
         n, thread_name_prefix=f'{self.thread_prefix}worker')
-    logging.info('Compiled the all-reduce workers\' programs in %.1fs; %d workers, '
-                 '%.1f MB per worker on a %s ring', compile_s, n,
+    logging.info('Compiled the all-reduce workers\' programs in %.1fs; %d workers '
+                 'on %d hosts, %.1f MB per worker, %s all-reduce', compile_s, n,
+                 self.topology.num_hosts,
                  self.layout.size * np.dtype(wire.DTYPE).itemsize / 1e6,
                  config.allreduce.algorithm)
     self._step = 0
@@ -157,7 +161,8 @@ class AllReduceEngine:
     step_s = time.perf_counter() - start
     compute_s = float(np.mean([c for c, _, _ in timed]))
     allreduce_s = float(np.mean([a for _, a, _ in timed]))
-    counters = [nic.pop_counters() for nic in self.nics]
+    nics = [nic.pop_counters() for nic in self.topology.nics]
+    ports = [port.pop_counters() for port in self.topology.ports]
     return {
         'loss': loss,
         'accuracy': float(np.mean(metrics['accuracy'])),
@@ -168,7 +173,10 @@ class AllReduceEngine:
         'allreduce_s': allreduce_s,
         'update_s': update_s,
         'wait_s': max(0.0, step_s - compute_s - allreduce_s - update_s),
-        'allreduce_bytes_per_worker': float(np.mean([c['tx_bytes'] for c in counters])),
+        # Bytes each NIC sent (a host's, shared by its workers), and each
+        # worker's port into its host's fabric (none with one worker a host).
+        'nic_bytes_per_host': float(np.mean([c['tx_bytes'] for c in nics])),
+        'intra_host_bytes_per_worker': float(np.mean([c['tx_bytes'] for c in ports] or [0])),
     }
 
   def _compute_and_allreduce(self, i: int, local: jax.Array, start: float):
@@ -182,7 +190,7 @@ class AllReduceEngine:
       computed = time.perf_counter()
       np.copyto(self._host_vectors[i], np.asarray(jax.device_get(local))[0])
 
-    self._ring.run(i, prepare=take_off_device)
+    self._allreduce.run(i, prepare=take_off_device)
     summed = jax.block_until_ready(jax.device_put(
         self._host_vectors[i][None], self.devices[i], may_alias=False))
     return computed - start, time.perf_counter() - computed, summed
