@@ -1,8 +1,10 @@
-"""SPMD against the parameter-server engine: same model, data and devices.
+"""Three engines on the same model, data and devices: SPMD, all-reduce, PS.
 
 For each model and each worker count N_w, one child process with N_w
-emulated devices measures the SPMD engine (data parallel over those devices)
-and the synchronous PS engine for every shard count N_ps and link bandwidth.
+emulated devices measures the SPMD engine (data parallel over those devices,
+XLA's collectives in memory), and for every link bandwidth the all-reduce
+engine (a ring over paced links) and the synchronous PS engine at every
+shard count N_ps (over the same paced links).
 Each configuration is compiled, warmed up, then timed over --steps steps on
 synthetic data; a line of JSON per configuration, with its provenance
 (benchmarks/provenance.py), goes to standard output, and --out also appends
@@ -72,11 +74,11 @@ def _measure(config, steps: int, warmup: int) -> dict:
     records = engine.collect_metrics()  # waits for the step
     if i >= warmup:
       times.append((time.perf_counter() - start, records[-1]))
+  phases = engine.step_phases
   engine.close()
   step_s = float(np.median([t for t, _ in times]))
   split = {k: float(np.mean([r[k] for _, r in times]))
-           for k in ('compute_s', 'push_s', 'update_s', 'pull_s', 'wait_s')
-           if k in times[0][1]}
+           for k in phases}
   return {'step_s': step_s, 'images_per_sec': config.batch_size / step_s,
           'compile_s': compile_s, **split}
 
@@ -87,8 +89,9 @@ def child(args) -> None:
   from trainer.planner import measure  # pylint: disable=g-import-not-at-top
   measure.reuse_compilations(args.cache_dir)
   num_workers = jax.device_count()
-  cells = [('spmd', 0, 0.0)] + [('ps', n, bw) for bw in args.bandwidths
-                                 for n in args.shards]
+  cells = [('spmd', 0, 0.0)]
+  for bandwidth in args.bandwidths:
+    cells += [('allreduce', 0, bandwidth)] + [('ps', n, bandwidth) for n in args.shards]
   for engine, shards, bandwidth in cells:
     config = _config(args.model, engine, max(shards, 1), bandwidth)
     result = _measure(config, args.steps, args.warmup)
@@ -129,7 +132,7 @@ def main() -> None:
   parser.add_argument('--shards', type=lambda s: [int(x) for x in s.split(',')],
                       default=[1, 2, 4, 8])
   parser.add_argument('--bandwidths', type=lambda s: [float(x) for x in s.split(',')],
-                      default=[0.0, 1.0], help='Gbit/s per link; 0: unlimited')
+                      default=[0.0, 1.0, 10.0], help='Gbit/s per link; 0: unlimited')
   parser.add_argument('--steps', type=int, default=3)
   parser.add_argument('--warmup', type=int, default=2)
   provenance.add_out_argument(parser)

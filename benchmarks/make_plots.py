@@ -59,27 +59,34 @@ def add_caption(png: str, caption: str, out: str) -> None:
 
 
 def draw_engine_contrast(records: list[dict], path: str) -> None:
-  """images/s against workers: SPMD and the PS engine at each N_ps, one panel
-  per model and PS link."""
+  """images/s against workers, one panel per model and link: the PS engine
+  at each N_ps and the all-reduce engine over that link, and SPMD (XLA's
+  collectives in memory, the same in every panel of a model)."""
   plt = _plt()
-  ps = [r for r in records if r['engine'] == 'ps']
-  panels = sorted({(r['model'], r['bandwidth_gbps']) for r in ps})
+  emulated = [r for r in records if r['engine'] != 'spmd']
+  panels = sorted({(r['model'], r['bandwidth_gbps']) for r in emulated})
   workers = sorted({r['num_workers'] for r in records})
-  fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+  fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), squeeze=False)
   for ax, (model, bandwidth) in zip(axes[0], panels):
-    for n_ps in sorted({r['num_shards'] for r in ps}):
-      cells = sorted((r['num_workers'], r['images_per_sec']) for r in ps
-                     if (r['model'], r['bandwidth_gbps'], r['num_shards']) ==
-                     (model, bandwidth, n_ps))
+    here = [r for r in emulated if (r['model'], r['bandwidth_gbps']) == (model, bandwidth)]
+    for n_ps in sorted({r['num_shards'] for r in here if r['engine'] == 'ps'}):
+      cells = sorted((r['num_workers'], r['images_per_sec']) for r in here
+                     if r['engine'] == 'ps' and r['num_shards'] == n_ps)
       ax.plot(*zip(*cells), marker='o', label=f'PS, N_ps = {n_ps}')
+    ring = sorted((r['num_workers'], r['images_per_sec']) for r in here
+                  if r['engine'] == 'allreduce')
+    if ring:
+      ax.plot(*zip(*ring), marker='^', color='tab:red', linewidth=2,
+              label='all-reduce (ring over the links)')
     spmd = sorted((r['num_workers'], r['images_per_sec']) for r in records
                   if r['model'] == model and r['engine'] == 'spmd')
-    ax.plot(*zip(*spmd), marker='s', color='black', label='SPMD, all-reduce')
+    ax.plot(*zip(*spmd), marker='s', color='black', linestyle='--',
+            label='SPMD (collectives in memory)')
     batch = next(r['batch_size'] for r in records if r['model'] == model)
     link = 'unlimited' if bandwidth == 0 else f'{bandwidth:g} Gbit/s'
-    ax.set(title=f'{model}, global batch {batch}; PS links {link}',
+    ax.set(title=f'{model}, global batch {batch}; links {link}',
            xlabel='workers N_w (emulated devices)', ylabel='images/s', xticks=workers)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=_DPI, metadata={'Software': None})
   plt.close(fig)

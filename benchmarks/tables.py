@@ -102,9 +102,13 @@ def conv_forms(records) -> list[Table]:
 
 def _link(record) -> str:
   if record['engine'] == 'spmd':
-    return 'all-reduce in memory'
+    return 'collectives in memory'
   bandwidth = record['bandwidth_gbps']
   return 'unlimited' if bandwidth == 0 else f'{bandwidth:g} Gbit/s'
+
+
+_ENGINE_ORDER = {'spmd': 0, 'allreduce': 1, 'ps': 2}
+_ENGINE_NAMES = {'spmd': 'SPMD', 'allreduce': 'all-reduce (ring)', 'ps': 'PS'}
 
 
 def engine_contrast(records) -> list[Table]:
@@ -112,14 +116,14 @@ def engine_contrast(records) -> list[Table]:
   workers = sorted({r['num_workers'] for r in records})
   cells = {}
   for r in records:
-    key = (r['model'], r['engine'] != 'spmd', r['bandwidth_gbps'], r['num_shards'])
+    key = (r['model'], r['bandwidth_gbps'], _ENGINE_ORDER[r['engine']], r['num_shards'])
     cells.setdefault(key, {'record': r})[r['num_workers']] = r['images_per_sec']
   header = ['model (global batch)', 'engine', 'link', 'N_ps'] + [f'N_w={n}' for n in workers]
   rows = []
   for key in sorted(cells):
     row = cells[key]
     r = row['record']
-    rows.append([f"{r['model']} ({r['batch_size']})", r['engine'].upper(), _link(r),
+    rows.append([f"{r['model']} ({r['batch_size']})", _ENGINE_NAMES[r['engine']], _link(r),
                  _f(r['num_shards'], 'd') if r['engine'] == 'ps' else '-'] +
                 [_f(row.get(n), '.1f') for n in workers])
   return [(header, rows)]

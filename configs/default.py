@@ -79,10 +79,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.network.num_workers = 0  # N_w: worker devices; 0: every device
   config.network.bandwidth_gbps = 0.0  # per network interface and direction, Gbit/s; 0: unlimited
   config.network.latency_ms = 0.0  # one-way latency of every message
+  config.network.devices_per_host = 1  # G: workers per emulated host; a host's workers share its one NIC (the interface above)
+  config.network.intra_host_gbps = 0.0  # each worker's port into its host's fabric (NVLink, PCIe), Gbit/s per direction; 0: unlimited
+  config.network.intra_host_latency_ms = 0.0  # one-way latency inside a host
 
   # --- All-reduce emulation (engine='allreduce') --------------------------------
   config.allreduce = ml_collections.ConfigDict()
-  config.allreduce.algorithm = 'ring'  # ring (reduce-scatter then all-gather, each worker sending to the next)
+  config.allreduce.algorithm = 'ring'  # ring (one ring through every worker), hierarchical (inside each host, then rings across hosts)
 
   # --- Parameter-server emulation (engine='ps') --------------------------------
   config.ps = ml_collections.ConfigDict()
@@ -104,6 +107,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.device_utilization = 0.4  # fraction of that peak a train step reaches (T_C = FLOPs / (peak * this))
   config.study = ml_collections.ConfigDict()
   config.study.models = 'resnet18,alexnet'  # registry names: one compute-heavy, one communication-heavy
+  config.study.engines = 'ps,allreduce'  # engines each setting runs under: ps (once per N_ps), allreduce (a ring of the workers over the same links, once)
   config.study.model_width = 16  # model.width of every study model (0: published)
   config.study.num_workers = '2,4'  # N_w grid
   config.study.num_shards = '1,2,4'  # N_ps grid

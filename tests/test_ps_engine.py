@@ -21,6 +21,7 @@ from trainer import state as state_lib
 from trainer.engines.emulation import link
 from trainer.engines.ps import partition
 from trainer.engines.ps import state_split
+from trainer.engines.emulation import wire
 from trainer.engines.emulation import workers
 
 IMAGE_SIZE, BATCH, NUM_CLASSES, NUM_STEPS = 16, 16, 5, 5
@@ -83,9 +84,10 @@ def test_synchronous_ps_gives_the_parameters_of_spmd(model, overlap, clip):
   # global norm of the mean gradient, which the shards compute together.
   spmd_metrics, spmd = _train(_config('spmd', model, **{
       'model.bn_group_size': 8, 'grad_clip_norm': clip}))
+  # Both workers on one emulated host: they share its NIC.
   ps_metrics, ps = _train(_config('ps', model, **{
-      'network.num_workers': 2, 'ps.num_shards': 3, 'ps.overlap': overlap,
-      'grad_clip_norm': clip}))
+      'network.num_workers': 2, 'network.devices_per_host': 2, 'ps.num_shards': 3,
+      'ps.overlap': overlap, 'grad_clip_norm': clip}))
   if clip:
     assert max(m['grad_norm'] for m in spmd_metrics) > clip  # clipping acts
 
@@ -99,6 +101,9 @@ def test_synchronous_ps_gives_the_parameters_of_spmd(model, overlap, clip):
   assert ps_metrics[-1]['loss'] != ps_metrics[0]['loss']
   for record in ps_metrics:
     assert record['push_bytes_shard0'] > 0 and record['pull_bytes_shard0'] > 0
+    # One host: its NIC sent every byte the shards received.
+    assert record['nic_bytes_per_host'] == sum(
+        record[f'push_bytes_shard{j}'] for j in range(3))
     assert all(record[k] >= 0 for k in ('compute_s', 'push_s', 'update_s',
                                          'pull_s', 'wait_s'))
 
@@ -171,7 +176,7 @@ def test_asynchronous_ps_resumes_with_the_step_counts_of_an_uninterrupted_run(
     for batch in steps:
       engine.step(device_input.to_global(batch, engine.batch_sharding))
     engine.collect_metrics()
-    shards = [state_split.counts(s.opt_state) for s in engine.shards]
+    shards = [state_split.counts(s.opt_state) for s in engine.cluster.shards]
     state, meta = jax.device_get(engine.state()), engine.checkpoint_meta()
     engine.close()
     assert all(c == shards[0] for c in shards)
@@ -215,6 +220,27 @@ def test_asynchronous_counts_come_from_the_checkpoint_metadata_that_matches_the_
   # or none: N_w updates per step.
   assert state_split.async_counts(in_steps(5), meta, 2) == {'[0].count': 10}
   assert state_split.async_counts(in_steps(3), None, 2) == {'[0].count': 6}
+
+
+# --- The wire ---------------------------------------------------------------
+
+def test_the_wire_carries_float32_and_unpacks_each_variable_in_its_own_dtype():
+  params = {'dense': {'kernel': np.arange(6, dtype=np.float16).reshape(2, 3)},
+            'scale': np.full((4,), 0.5, np.float32)}
+  batch_stats = {'mean': np.arange(3, dtype=np.float32)}
+  layout = wire.Layout(state_split.flat_variables(params, batch_stats))
+  treedefs = jax.tree.structure(params), jax.tree.structure(batch_stats)
+
+  vector = jax.jit(layout.pack)(params, batch_stats)
+  assert vector.dtype == wire.DTYPE and vector.shape == (layout.size,)
+  np.testing.assert_array_equal(vector, layout.pack_host(params, batch_stats))
+  views = layout.views(np.asarray(vector))
+  np.testing.assert_array_equal(views['params/dense/kernel'], params['dense']['kernel'])
+  back = jax.jit(lambda v: layout.unpack(v, *treedefs))(vector)
+  assert jax.tree.structure(back) == jax.tree.structure((params, batch_stats))
+  for got, want in zip(jax.tree.leaves(back), jax.tree.leaves((params, batch_stats))):
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
 
 
 # --- Partitioning -----------------------------------------------------------

@@ -19,7 +19,7 @@ from trainer import device_input
 from trainer import engines
 from trainer import experiment
 from trainer import state as state_lib
-from trainer.engines.ps import engine as ps_engine
+from trainer.engines.ps import cluster as cluster_lib
 from trainer.engines.emulation import link
 from trainer.engines.ps import shard as shard_lib
 from trainer.engines.emulation import threads
@@ -94,7 +94,7 @@ _FAILURES = [
     ('sync', shard_lib.ServerShard, 'apply', ValueError('update failed')),
     ('async', link, 'transfer', InjectedFault('link lost')),
     ('async', shard_lib.ServerShard, 'apply_one', InjectedFault('update failed')),
-    ('async', ps_engine.ParameterServerEngine, 'pull', OSError('pull failed')),
+    ('async', cluster_lib.Cluster, 'pull', OSError('pull failed')),
 ]
 
 
@@ -129,7 +129,7 @@ def test_close_names_a_thread_it_cannot_stop_and_fails(monkeypatch, initial_stat
     return original(*args, **kwargs)
 
   monkeypatch.setattr(link, 'transfer', stuck_transfer)
-  monkeypatch.setattr(ps_engine, 'CLOSE_TIMEOUT_S', 0.5)
+  monkeypatch.setattr(threads, 'CLOSE_TIMEOUT_S', 0.5)
   engine.step(next(_batches(engine)))
   assert entered.wait(_HANG_S)
   try:
@@ -137,7 +137,7 @@ def test_close_names_a_thread_it_cannot_stop_and_fails(monkeypatch, initial_stat
       engine.close()
   finally:
     release.set()
-  threads.join(engine.thread_prefix, _HANG_S)  # they end once released
+  threads.join(engine.cluster.thread_prefix, _HANG_S)  # they end once released
   assert _new_threads(before) == []
 
 
@@ -145,7 +145,7 @@ def test_asynchronous_workers_that_do_not_fit_device_memory_are_refused():
   config = _ps_config('async', **{'runtime.device_memory_gib': 0.0001})
   exp = experiment.build_experiment(config, '/nonexistent')
   with pytest.raises(UsageError, match=r'workers\' gradient program does not fit.*'
-                     r'GiB short.*ps\.num_workers'):
+                     r'GiB short.*network\.num_workers'):
     engines.create_engine(exp)
 
 

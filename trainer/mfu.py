@@ -9,13 +9,14 @@ jitted matmul of the model's dtype, one per device, timed on the same devices
 """
 
 import functools
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from trainer import specs
 from trainer import step_functions
+from trainer import timing
 
 # Matmul sides to try per platform: large enough to reach the peak, small
 # enough to time in well under a second.
@@ -32,13 +33,11 @@ def train_step_flops(exp) -> float:
       step_functions.train_step, model=model, tx=exp.tx,
       learning_rate_fn=exp.learning_rate_fn,
       grad_accum_steps=exp.config.grad_accum_steps))
-  size, batch = exp.config.data.image_size, exp.config.batch_size
-  batch_spec = {'image': jax.ShapeDtypeStruct((batch, size, size, 3), np.uint8),
-                'label': jax.ShapeDtypeStruct((batch,), np.int32)}
+  batch_spec = specs.batch_spec(exp.config.batch_size, exp.config.data.image_size)
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                           exp.abstract_state)
   with exp.tracing_context():
-    return lowered_flops(fn.lower(abstract, batch_spec))
+    return xla_flops(fn.lower(abstract, batch_spec))
 
 
 def step_flops(exp, engine) -> float:
@@ -48,22 +47,13 @@ def step_flops(exp, engine) -> float:
   return getattr(engine, 'flops_per_step', None) or train_step_flops(exp)
 
 
-def lowered_flops(lowered) -> float:
-  """XLA's FLOPs of a lowered (not yet partitioned) program."""
-  cost = lowered.cost_analysis()
+def xla_flops(program) -> float:
+  """XLA's FLOPs of a program's cost analysis: of the whole program when it
+  is lowered (not yet partitioned), of one device's part when compiled."""
+  cost = program.cost_analysis()
   if isinstance(cost, (list, tuple)):  # older jax: one dict per program
     cost = cost[0]
   return float(cost.get('flops', 0.0))
-
-
-def _best_s(fn, repeats: int) -> float:
-  jax.block_until_ready(fn())  # compile and warm up
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return float(np.min(times))
 
 
 def measured_peak_flops(devices, dtype, repeats: int = 10) -> float:
@@ -77,7 +67,8 @@ def measured_peak_flops(devices, dtype, repeats: int = 10) -> float:
   for n in sides:
     a = jax.device_put(jnp.ones((len(devices), n, n), dtype), sharding)
     matmul = jax.jit(lambda a: jnp.einsum('dij,djk->dik', a, a))
-    best = max(best, len(devices) * 2 * n**3 / _best_s(lambda: matmul(a), repeats))
+    seconds = timing.best_s(lambda: jax.block_until_ready(matmul(a)), repeats)
+    best = max(best, len(devices) * 2 * n**3 / seconds)
   return best
 
 

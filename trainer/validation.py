@@ -17,7 +17,8 @@ OPTIMIZERS = ('sgd', 'adamw')
 LR_SCALINGS = ('linear', 'none')
 LR_SCHEDULES = ('cosine', 'constant')
 ENGINES = ('spmd', 'ps', 'allreduce')
-ALLREDUCE_ALGORITHMS = ('ring',)
+ALLREDUCE_ALGORITHMS = ('ring', 'hierarchical')
+STUDY_ENGINES = ('ps', 'allreduce')  # the emulated engines, whose links the study paces
 PS_MODES = ('sync', 'async')
 PS_PARTITIONERS = ('greedy', 'round_robin')
 NONFINITE = ('stop', 'skip')
@@ -225,11 +226,11 @@ def ignored_engine_keys(config: ml_collections.ConfigDict) -> list[str]:
 def _check_network(config: ml_collections.ConfigDict) -> None:
   network = config.network
   _at_least('network.num_workers', network.num_workers, 0)
-  for key in ('bandwidth_gbps', 'latency_ms'):
+  _at_least('network.devices_per_host', network.devices_per_host, 1)
+  for key in ('bandwidth_gbps', 'latency_ms', 'intra_host_gbps', 'intra_host_latency_ms'):
     if not math.isfinite(network[key]) or network[key] < 0:
       raise UsageError(f'network.{key}={network[key]!r} must be a finite number > 0, '
-                       'or 0 for ' + ('unlimited' if key == 'bandwidth_gbps'
-                                      else 'none'))
+                       'or 0 for ' + ('unlimited' if key.endswith('gbps') else 'none'))
   _one_of('allreduce.algorithm', config.allreduce.algorithm, ALLREDUCE_ALGORITHMS)
   if config.engine in ('ps', 'allreduce'):
     if config.mesh.fsdp not in (1,) or config.mesh.tensor not in (1,):
@@ -301,6 +302,11 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   from models import registry  # pylint: disable=g-import-not-at-top
   for name in study_models:
     _one_of('study.models', name, registry.MODEL_NAMES)
+  study_engines = [e.strip() for e in study.engines.split(',') if e.strip()]
+  if not study_engines:
+    raise UsageError(f'study.engines={study.engines!r} names no engine')
+  for name in study_engines:
+    _one_of('study.engines', name, STUDY_ENGINES)
   for key in ('num_workers', 'num_shards', 'global_batch_sizes'):
     if any(v < 1 for v in parse_list(f'study.{key}', study[key])):
       raise UsageError(f'study.{key}={study[key]!r}: values must be >= 1')
@@ -379,6 +385,10 @@ def _check_workers_against_devices(config, num_devices: int, num_processes: int)
   if workers > num_devices:
     raise UsageError(f'network.num_workers={workers} but only {num_devices} devices '
                      'are present; workers are devices')
+  per_host = config.network.devices_per_host
+  if workers % per_host:
+    raise UsageError(f'network.devices_per_host={per_host} does not divide the '
+                     f'{workers} workers into hosts; use a divisor of {workers}')
   if config.batch_size % workers:
     raise UsageError(f'batch_size={config.batch_size} does not divide over the '
                      f'{workers} workers (network.num_workers); use a multiple of {workers}')

@@ -63,7 +63,7 @@ class Engine(Protocol):
 # modules are not loaded by a run that does not use them.
 REGISTRY = {
     'spmd': 'trainer.engines.spmd:SpmdEngine',
-    'ps': 'trainer.engines.ps.engine:ParameterServerEngine',
+    'ps': 'trainer.engines.ps.engine:create',
     'allreduce': 'trainer.engines.allreduce.engine:AllReduceEngine',
 }
 

@@ -5,10 +5,10 @@ import time
 
 from absl import logging
 import jax
-import numpy as np
 
 from trainer import memory
 from trainer import mfu
+from trainer import specs
 from trainer import state as state_lib
 from trainer import step_functions
 
@@ -34,13 +34,8 @@ def compile_train_step(exp):
       in_shardings=(exp.state_shardings, exp.batch_sharding),
       out_shardings=(exp.state_shardings, None),
       donate_argnums=0)
-  size = exp.config.data.image_size
-  batch_spec = {
-      'image': jax.ShapeDtypeStruct((exp.config.batch_size, size, size, 3),
-                                    np.uint8, sharding=exp.batch_sharding),
-      'label': jax.ShapeDtypeStruct((exp.config.batch_size,), np.int32,
-                                    sharding=exp.batch_sharding),
-  }
+  batch_spec = specs.batch_spec(exp.config.batch_size, exp.config.data.image_size,
+                                exp.batch_sharding)
   start = time.perf_counter()
   with exp.tracing_context():
     lowered = fn.lower(exp.abstract_state, batch_spec)
@@ -52,7 +47,7 @@ def compile_train_step(exp):
   # The model's FLOPs for MFU (trainer/mfu.py) count convolutions in XLA's
   # form; in that form this program's own count is the one, with no second
   # trace.
-  flops = mfu.lowered_flops(lowered) if exp.model.conv_form == 'xla' else None
+  flops = mfu.xla_flops(lowered) if exp.model.conv_form == 'xla' else None
   return compiled, flops
 
 

@@ -22,20 +22,15 @@ from absl import logging
 import jax
 import numpy as np
 
-from trainer import validation
 from trainer.engines.allreduce import ring as ring_lib
 from trainer.engines.allreduce import update as update_lib
 from trainer.engines.emulation import topology
 from trainer.engines.emulation import threads
 from trainer.engines.emulation import wire
 from trainer.engines.emulation import workers
-from trainer.engines.ps import cluster
 from trainer.engines.ps import state_split
 from trainer.state import TrainState
 
-# How long close() waits for the engine's threads (a worker finishes the
-# phase it is in first: its compute, or one paced ring step).
-CLOSE_TIMEOUT_S = 120.0
 P = jax.sharding.PartitionSpec
 
 
@@ -47,19 +42,15 @@ class AllReduceEngine:
   def __init__(self, exp):
     config, network = exp.config, exp.config.network
     self._exp = exp
-    devices = jax.devices()
-    self.num_workers = n = validation.num_emulated_workers(config, len(devices))
-    # The last N_w devices, as the parameter-server engine's workers.
-    self.devices = devices[len(devices) - n:]
+    self.devices = workers.worker_devices(config)
+    self.num_workers = n = len(self.devices)
     self._mesh = workers.worker_mesh(self.devices)
     self.batch_sharding = jax.sharding.NamedSharding(self._mesh, P(workers.AXIS))
     self._replicated = jax.sharding.NamedSharding(self._mesh, P())
     self._stacked = jax.sharding.NamedSharding(self._mesh, P(workers.AXIS))
 
     abstract = exp.abstract_state
-    # The same check as the parameter-server engine's: workers' batch
-    # statistics are combined by averaging them.
-    cluster.check_batch_stats(config.model.name, abstract.batch_stats)
+    workers.check_batch_stats(config, abstract.batch_stats)
     self.layout = wire.Layout(state_split.flat_variables(abstract.params,
                                                          abstract.batch_stats))
     self._treedefs = (jax.tree.structure(abstract.params),
@@ -129,7 +120,7 @@ class AllReduceEngine:
   def close(self) -> None:
     """Stops the engine's threads; RunFailure if one does not end."""
     self._tasks.shutdown(wait=False, cancel_futures=True)
-    threads.join(self.thread_prefix, CLOSE_TIMEOUT_S,
+    threads.join(self.thread_prefix, threads.CLOSE_TIMEOUT_S,
                  f' (after {self._failure})' if self._failure is not None else '')
 
   # --- The step ---------------------------------------------------------------

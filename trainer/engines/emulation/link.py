@@ -13,10 +13,13 @@ in the measured wall clock instead of being computed. Sleeping costs no CPU,
 so paced communication overlaps with compute as on a real cluster.
 """
 
+import math
 import threading
 import time
 
 import numpy as np
+
+from trainer import units
 
 # Pace in chunks of about this long: short enough that concurrent transfers
 # interleave finely, long enough that a sleep's wake-up delay (~0.1 ms) is
@@ -34,11 +37,12 @@ class _Direction:
 
 
 class Interface:
-  """A network interface; bandwidth_gbps = 0 means unlimited."""
+  """A network interface; bandwidth_gbps = 0 means unlimited (bytes_per_s
+  is then math.inf)."""
 
   def __init__(self, name: str, bandwidth_gbps: float, latency_ms: float):
     self.name = name
-    self.bytes_per_s = bandwidth_gbps * 1e9 / 8 if bandwidth_gbps > 0 else 0.0
+    self.bytes_per_s = units.gbps_to_bytes_per_s(bandwidth_gbps)
     self.latency_s = latency_ms / 1e3
     self.tx = _Direction()
     self.rx = _Direction()
@@ -86,6 +90,14 @@ def _reserve(src: Interface, dst: Interface, nbytes: int, rate: float,
     return max(src.tx.next_free, dst.rx.next_free)
 
 
+def chunk_bytes(bytes_per_s: float) -> int:
+  """The bytes a transfer at this rate copies before it books them on the
+  interfaces (about _CHUNK_S of them); 0 when the rate is unlimited."""
+  if not math.isfinite(bytes_per_s):
+    return 0
+  return max(_MIN_CHUNK_BYTES, int(bytes_per_s * _CHUNK_S))
+
+
 def _sleep_until(deadline: float) -> None:
   remaining = deadline - time.perf_counter()
   if remaining > 0:
@@ -103,9 +115,9 @@ def transfer(src: Interface, dst: Interface,
   messages sent one after another on one connection overlap their latencies
   as they do on a real network.
   """
-  rate = min(r for r in (src.bytes_per_s, dst.bytes_per_s, np.inf) if r > 0)
-  paced = bool(np.isfinite(rate))
-  chunk_bytes = max(_MIN_CHUNK_BYTES, int(rate * _CHUNK_S)) if paced else 0
+  rate = min(src.bytes_per_s, dst.bytes_per_s)
+  paced = math.isfinite(rate)
+  chunk = chunk_bytes(rate)
   total, pending, last_end = 0, 0, time.perf_counter()
   previous_end = None  # where this transfer's last booked chunk ended
   copy_start = time.perf_counter()
@@ -119,12 +131,12 @@ def transfer(src: Interface, dst: Interface,
     # The message is one byte stream: small arrays share a chunk, large ones
     # are cut into chunks, and each full chunk waits for its booked time
     # (copying it costs no wall time beyond that).
-    step = max(1, chunk_bytes // destination.itemsize)
+    step = max(1, chunk // destination.itemsize)
     for first in range(0, destination.size, step):
       last = min(first + step, destination.size)
       np.copyto(destination[first:last], source[first:last])
       pending += (last - first) * destination.itemsize
-      if pending >= chunk_bytes:
+      if pending >= chunk:
         last_end = previous_end = _reserve(src, dst, pending, rate, previous_end)
         pending = 0
         _sleep_until(last_end)

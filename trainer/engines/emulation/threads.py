@@ -25,9 +25,14 @@ from configs.errors import RunFailure
 
 _ENGINE_NUMBERS = itertools.count()
 
+# How long close() waits for an engine's threads to end. A thread finishes
+# the phase it is in first (one worker's compute of a step, a paced
+# transfer), which on a large model on CPU takes tens of seconds.
+CLOSE_TIMEOUT_S = 120.0
+
 
 class EngineThreadFailed(RuntimeError):
-  """A thread of the parameter-server engine failed; `__cause__` is why."""
+  """A thread of an emulated engine failed; `__cause__` is why."""
 
 
 def new_prefix() -> str:
@@ -90,7 +95,7 @@ def join(prefix: str, timeout_s: float, context: str = '') -> None:
     where = f' in {stack[-1].name} ({stack[-1].filename}:{stack[-1].lineno})' if stack else ''
     places.append(f'{thread.name}{where}')
   raise RunFailure(
-      f'the parameter-server engine could not stop {len(stuck)} thread(s) within '
+      f'the emulated engine could not stop {len(stuck)} thread(s) within '
       f'{timeout_s:g} s: {", ".join(places)}{context}; their stacks are in the '
       'log above. The process must exit; rerun the same command to resume from '
       'the last checkpoint')

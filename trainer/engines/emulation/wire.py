@@ -8,11 +8,14 @@ and direction instead of one per variable: with ResNet-18's hundred-odd
 variables the per-variable host calls cost more than the bytes (real
 parameter servers pack small tensors into one message for the same reason).
 On the host, every variable and every shard's piece is a view into it.
+Inside the program the vector is jax.flatten_util.ravel_pytree's, in
+float32 whatever the model's dtypes.
 """
 
 import math
 
 import jax
+from jax import flatten_util
 import jax.numpy as jnp
 import numpy as np
 
@@ -37,6 +40,8 @@ class Layout:
     self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     self.size = self.offsets[-1]
     self.num_params = sum(1 for p in self.paths if p.startswith(PARAMS + '/'))
+    # The dtype ravel_pytree gives the variables' vector: their common one.
+    self._raveled_dtype = jnp.result_type(*self.dtypes) if self.dtypes else DTYPE
 
   # --- On the host --------------------------------------------------------------
   def views(self, vector: np.ndarray) -> dict:
@@ -53,12 +58,24 @@ class Layout:
 
   # --- Inside the workers' program ------------------------------------------------
   def pack(self, params, batch_stats) -> jax.Array:
-    leaves = jax.tree.leaves((params, batch_stats))
-    return jnp.concatenate([x.astype(DTYPE).reshape(-1) for x in leaves])
+    """The wire vector of two trees laid out as this layout's variables."""
+    return flatten_util.ravel_pytree((params, batch_stats))[0].astype(DTYPE)
 
   def unpack(self, vector, params_treedef, stats_treedef):
     """(params, batch_stats) trees, each leaf in its own dtype."""
-    leaves = [vector[a:b].reshape(shape).astype(dtype) for shape, dtype, a, b in zip(
-        self.shapes, self.dtypes, self.offsets, self.offsets[1:])]
-    return (jax.tree.unflatten(params_treedef, leaves[:self.num_params]),
-            jax.tree.unflatten(stats_treedef, leaves[self.num_params:]))
+    leaves = [jax.ShapeDtypeStruct(shape, dtype)
+              for shape, dtype in zip(self.shapes, self.dtypes)]
+    unravel = _unravel_function((
+        jax.tree.unflatten(params_treedef, leaves[:self.num_params]),
+        jax.tree.unflatten(stats_treedef, leaves[self.num_params:])))
+    # In the vector's own dtype, the inverse casts each leaf back to its dtype.
+    return unravel(vector.astype(self._raveled_dtype))
+
+
+def _unravel_function(template):
+  """ravel_pytree's inverse for trees shaped like `template` (abstract
+  leaves): traced without values, so no array is made."""
+  found = []
+  jax.eval_shape(lambda tree: found.append(flatten_util.ravel_pytree(tree)[1]),
+                 template)
+  return found[0]

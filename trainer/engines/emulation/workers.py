@@ -16,9 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs.errors import UsageError
 from trainer import memory
+from trainer import specs
 from trainer import step_functions
+from trainer import validation
 from trainer.engines.emulation import wire
+from trainer.engines.ps import state_split
 
 AXIS = 'workers'
 
@@ -82,18 +86,32 @@ def _tap_gradients(params, on_gradient):
   return jax.tree.unflatten(treedef, [tap(i, x) for i, x in enumerate(leaves)])
 
 
+# Running statistics that the emulated engines combine across workers by
+# averaging them.
+_AVERAGEABLE_STATS = ('mean', 'var')
+
+
+def check_batch_stats(config, batch_stats) -> None:
+  """UsageError for batch statistics that are not running averages."""
+  for path in state_split.flat_variables({}, batch_stats):
+    if path.rsplit('/', 1)[-1] not in _AVERAGEABLE_STATS:
+      raise UsageError(
+          f'engine={config.engine} cannot keep {config.model.name}\'s batch '
+          f'statistic {path}: it combines workers\' running averages '
+          f'({", ".join(_AVERAGEABLE_STATS)}) only; use engine=spmd')
+
+
+def worker_devices(config) -> list:
+  """The N_w worker devices (network.num_workers): the last ones. On a
+  CPU-only machine the first device is also the host's, where shards
+  compute and host callbacks land (ps.overlap)."""
+  devices = jax.devices()
+  return devices[len(devices) - validation.num_emulated_workers(config, len(devices)):]
+
+
 def worker_mesh(devices) -> jax.sharding.Mesh:
   return jax.make_mesh((len(devices),), (AXIS,),
                        axis_types=(jax.sharding.AxisType.Explicit,), devices=devices)
-
-
-def _batch_spec(exp, batch_size: int, sharding):
-  size = exp.config.data.image_size
-  return {
-      'image': jax.ShapeDtypeStruct((batch_size, size, size, 3), np.uint8,
-                                    sharding=sharding),
-      'label': jax.ShapeDtypeStruct((batch_size,), np.int32, sharding=sharding),
-  }
 
 
 def _vector(layout, sharding):
@@ -122,8 +140,8 @@ def compile_sync_program(exp, mesh, layout, on_gradient=None, batch_size: int = 
   replicated = jax.sharding.NamedSharding(mesh, P())
   return program.lower(
       _vector(layout, replicated),
-      _batch_spec(exp, batch_size or exp.config.batch_size,
-                  jax.sharding.NamedSharding(mesh, P(AXIS))),
+      specs.batch_spec(batch_size or exp.config.batch_size, exp.config.data.image_size,
+                       jax.sharding.NamedSharding(mesh, P(AXIS))),
       jax.ShapeDtypeStruct((), np.int32, sharding=replicated)).compile()
 
 
@@ -135,7 +153,7 @@ def compile_async_programs(exp, devices, layout, per_worker_batch: int):
     one = jax.sharding.SingleDeviceSharding(device)
     programs.append(fn.lower(
         _vector(layout, one),
-        _batch_spec(exp, per_worker_batch, one),
+        specs.batch_spec(per_worker_batch, exp.config.data.image_size, one),
         jax.ShapeDtypeStruct((), np.int32, sharding=one)).compile())
   return programs
 

@@ -18,6 +18,9 @@ modes see the same data in the same order.
 A failure in a worker thread, of any kind, is kept and raised by the loop's
 next call (submit, drain); the other workers stop at their next wait or
 phase. The engine's close() joins the threads (threads.py).
+
+The runner moves bytes only through the cluster's methods (cluster.py):
+pull_to_device, push_and_apply and shard_counters.
 """
 
 import queue
@@ -27,9 +30,9 @@ import time
 import jax
 import numpy as np
 
-from trainer.engines.emulation import link
 from trainer.engines.emulation import threads
 from trainer.engines.emulation import workers
+from trainer.engines.ps import cluster as cluster_lib
 
 _POLL_S = 1.0  # how often a blocked thread looks for a failure elsewhere
 
@@ -39,16 +42,18 @@ class _Stopped(RuntimeError):
 
 
 class AsyncRunner:
-  """Worker threads and their bookkeeping, for ParameterServerEngine."""
+  """Worker threads and their bookkeeping, for AsyncParameterServerEngine."""
 
-  def __init__(self, engine, exp, per_worker_batch: int):
-    self._engine = engine
+  def __init__(self, cluster: cluster_lib.Cluster, exp, programs):
+    """programs: each worker's compiled program on its device
+    (workers.compile_async_programs)."""
+    self._cluster = cluster
     self._exp = exp
-    self._programs = workers.compile_async_programs(
-        exp, engine.devices, engine.layout, per_worker_batch)
+    self._programs = programs
     self.max_staleness = exp.config.ps.max_staleness
     self._skip_nonfinite = exp.config.nonfinite == 'skip'
-    n = engine.num_workers
+    self._clip_norm = exp.config.grad_clip_norm
+    n = cluster.num_workers
     self._cond = threading.Condition()
     self._clocks = [0] * n  # steps each worker has finished
     self._queues = [queue.Queue() for _ in range(n)]
@@ -64,15 +69,10 @@ class AsyncRunner:
     self._submitted = step
     self._last_drain = time.perf_counter()
     self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
-                                      name=f'{self._engine.thread_prefix}worker{i}')
+                                      name=f'{self._cluster.thread_prefix}worker{i}')
                      for i in range(len(self._clocks))]
     for t in self._threads:
       t.start()
-
-  @property
-  def program(self):
-    """Worker 0's compiled program (every worker's is the same on its device)."""
-    return self._programs[0]
 
   @property
   def error(self) -> BaseException | None:
@@ -81,7 +81,7 @@ class AsyncRunner:
 
   def submit(self, step: int, batch) -> None:
     """Hands each worker its slice of global step `step`."""
-    devices = self._engine.devices
+    devices = self._cluster.devices
     slices = [{k: workers.local_shard(v, d) for k, v in batch.items()} for d in devices]
     # The loop may run ahead of the slowest worker by as much as a worker
     # may, plus one step in hand; beyond that, wait (bounded memory).
@@ -95,7 +95,7 @@ class AsyncRunner:
     self._wait(lambda: min(self._clocks) >= self._submitted)
     steps = sorted(self._results)
     now = time.perf_counter()
-    counters = self._engine.shard_counters(now - self._last_drain)
+    counters = self._cluster.shard_counters(now - self._last_drain)
     self._last_drain = now
     records = []
     for step in steps:
@@ -137,7 +137,7 @@ class AsyncRunner:
 
   def _run(self, i: int) -> None:
     try:
-      staging = self._engine.layout.empty()
+      staging = self._cluster.layout.empty()
       while True:
         item = self._queues[i].get()
         if item is None:
@@ -162,14 +162,14 @@ class AsyncRunner:
         raise _Stopped('the parameter-server workers were stopped')
 
   def _one_step(self, i: int, step: int, batch: dict, staging: dict) -> None:
-    engine = self._engine
-    device = engine.devices[i]
+    cluster = self._cluster
+    device = cluster.devices[i]
     start = time.perf_counter()
     self._wait(lambda: min(self._clocks) >= step - self.max_staleness)
     with self._cond:
       staleness = step - min(self._clocks)
     pull_start = time.perf_counter()
-    vector = engine.pull_to_device(i, staging)
+    vector = cluster.pull_to_device(i, staging)
     self._check()
 
     compute_start = time.perf_counter()
@@ -179,8 +179,8 @@ class AsyncRunner:
 
     push_start = time.perf_counter()
     pushed, metrics = jax.device_get(out)
-    flat = engine.layout.views(pushed)
-    pulled = engine.layout.views(staging)
+    flat = cluster.layout.views(pushed)
+    pulled = cluster.layout.views(staging)
     for path in flat:
       if path.startswith('batch_stats/'):
         flat[path] = flat[path] - pulled[path]  # this worker's change
@@ -188,9 +188,8 @@ class AsyncRunner:
     finite = bool(np.isfinite(metrics['loss']) and np.isfinite(grad_norm))
     update_s = 0.0
     if finite or not self._skip_nonfinite:
-      scale = engine.clip_scale(grad_norm)
-      update_s = max(engine.transfers.map(
-          lambda s: self._push_and_apply(i, s, flat, scale), engine.shards))
+      update_s = cluster.push_and_apply(
+          i, flat, cluster_lib.clip_scale(grad_norm, self._clip_norm))
     done = time.perf_counter()
     with self._cond:
       self._clocks[i] = step + 1
@@ -201,14 +200,3 @@ class AsyncRunner:
           'compute_s': push_start - compute_start,
           'push_s': done - push_start - update_s, 'update_s': update_s}
       self._cond.notify_all()
-
-  def _push_and_apply(self, i: int, shard, flat: dict, scale: float) -> float:
-    """Pushes to one shard, which applies the gradient; returns its update time."""
-    engine = self._engine
-    inbox = shard.inbox[i]
-    link.transfer(engine.worker_nics[i], shard.nic,
-                  [(inbox[p.key], p.of(flat[p.path])) for p in shard.pieces])
-    start = time.perf_counter()
-    shard.apply_one(i, scale)
-    return time.perf_counter() - start
-
