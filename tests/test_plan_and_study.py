@@ -51,7 +51,8 @@ def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
   grid = [*TINY, '--config.batch_size=100', '--config.study.models=resnet18',
           '--config.study.model_width=4',
           '--config.study.num_workers=2', '--config.study.global_batch_sizes=8',
-          '--config.study.link_bandwidths_gbps=1', '--config.study.steps=1']
+          '--config.study.link_bandwidths_gbps=1', '--config.study.steps=1',
+          '--config.study.engines=ps']
   result = run_main(f'--workdir={workdir}', '--mode=study', *grid,
                     '--config.study.num_shards=1')
   assert result.returncode == 0, result.stderr[-3000:]
@@ -67,6 +68,9 @@ def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
   assert '1 done before, 1 to run' in result.stderr
   summary = json.loads(result.stdout.strip().splitlines()[-1])
   assert summary['cells'] == 2 and summary['mape_percent'] >= 0
+  assert summary['link_bound_cells'] + summary['compute_bound_cells'] == 2
+  assert all(json.loads(r)['cell']['engine'] == 'ps' and
+             json.loads(r)['overhead_s_planned'] > 0 for r in rows)
   study_md = (workdir / 'study.md').read_text()
   assert 'mean absolute percentage error' in study_md and '## Findings' in study_md
   for png in ('study_step_time_vs_shards.png', 'study_throughput_vs_workers.png',
@@ -77,11 +81,13 @@ def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
 @pytest.mark.parametrize('args,fragment', [
     (['--mode=study', '--config.study.num_shards='], 'study.num_shards'),
     (['--mode=study', '--config.study.link_bandwidths_gbps=0'], 'study.link_bandwidths_gbps'),
+    (['--mode=study', '--config.study.engines=ps,spmd'], 'study.engines'),
     (['--mode=plan', '--config.plan.link_bandwidth_gbps=-1'], 'plan.link_bandwidth_gbps'),
     (['--mode=plan', '--config.plan.device_utilization=1.5'], 'plan.device_utilization'),
     (['--mode=plan', '--config.runtime.device_memory_gib=0.000001',
       '--config.plan.per_worker_batch_sizes=2'], 'fits'),
-], ids=['empty grid', 'study bandwidth', 'plan bandwidth', 'utilization', 'nothing fits'])
+], ids=['empty grid', 'study bandwidth', 'study engine', 'plan bandwidth', 'utilization',
+        'nothing fits'])
 def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment):
   result = run_main(f'--workdir={tmp_path / "w"}', *TINY, *args)
   assert result.returncode == 2, result.stderr[-3000:]

@@ -38,19 +38,42 @@ def ps_direction_s(model_bytes: float, bandwidth: float, num_workers: int,
   return max(model_bytes, num_workers * shard) / bandwidth + latency_s
 
 
+def first_chunk_share(message_bytes: float, chunk_bytes: float) -> float:
+  """The part of a message's bytes in its first chunk: min(1, chunk/message)."""
+  return min(1.0, chunk_bytes / message_bytes) if message_bytes > 0 else 1.0
+
+
+def emulated_direction_s(link_s: float, host_s: float, share: float = 0.0) -> float:
+  """A direction whose bytes the host copies while the link carries them.
+
+  The emulated link (trainer/engines/emulation/link.py) books a chunk only
+  once the host has copied it: each message's first chunk is copied before
+  the link starts on it, and the rest while the link carries the chunks
+  before. `share` of the host's time `host_s` (the first chunks' part of the
+  bytes, first_chunk_share) therefore adds to the link's time, and the
+  direction takes max(host_s, link_s + share * host_s). share = 0: copies
+  hide entirely behind the link (a real NIC's DMA).
+  """
+  return max(host_s, link_s + share * host_s)
+
+
 def ps_step_s(compute_s: float, model_bytes: float, bandwidth: float,
               num_workers: int, num_shards: int, *, latency_s: float = 0.0,
               update_s: float = 0.0, overlap: bool = False,
               largest_shard_bytes: float | None = None,
-              host_copy_s: float = 0.0) -> float:
+              host_push_s: float = 0.0, host_pull_s: float = 0.0,
+              exposed_share: float = 0.0) -> float:
   """Compute, push, update, pull; with overlap the push hides behind compute.
 
-  host_copy_s: the host's own copying of one direction's bytes, which goes
-  on while the link carries them: a direction takes the longer of the two.
+  host_push_s, host_pull_s: the host's own work of moving one direction's
+  bytes, which goes on while the link carries them except for each
+  message's first chunk (emulated_direction_s; exposed_share is that
+  chunk's part of a message).
   """
-  push = max(host_copy_s, ps_direction_s(model_bytes, bandwidth, num_workers,
-                                         num_shards, latency_s, largest_shard_bytes))
-  pull = push
+  link = ps_direction_s(model_bytes, bandwidth, num_workers, num_shards, latency_s,
+                        largest_shard_bytes)
+  push = emulated_direction_s(link, host_push_s, exposed_share)
+  pull = emulated_direction_s(link, host_pull_s, exposed_share)
   if overlap:
     return max(compute_s, push) + update_s + pull
   return compute_s + push + update_s + pull

@@ -6,11 +6,47 @@ import os
 import numpy as np
 
 STUDY_FILE = 'study.md'
+# The measured step phases shown per engine (the engine's step_phases less
+# its wait).
+PHASE_COLUMNS = {'ps': ('compute_s', 'push_s', 'update_s', 'pull_s'),
+                 'allreduce': ('compute_s', 'allreduce_s', 'update_s')}
+LINK_BOUND_DEFINITION = (
+    'A cell is *link-bound* when the link time the planner predicts for its '
+    'step (push + pull over the links for PS, the ring for all-reduce: '
+    '`communication_s_planned`) exceeds the T_C it predicts, and '
+    '*compute-bound* otherwise. Link-bound cells mostly check that the '
+    'emulator paces the links as the formula assumes; compute-bound cells '
+    'check T_C, the update and the host\'s own overheads.')
+
+
+def engine_of(row) -> str:
+  """The cell's engine; rows from before study.engines ran PS."""
+  return row['cell'].get('engine', 'ps')
+
+
+def communication_s(row) -> float:
+  """The step's link time the planner predicted (rows from before
+  communication_s_planned: the PS push and pull)."""
+  return row.get('communication_s_planned', 2 * row['direction_s_planned'])
+
+
+def link_bound(row) -> bool:
+  """Whether the planner predicts more link time than compute for the cell
+  (LINK_BOUND_DEFINITION); from its own predicted terms, not the engine's."""
+  return communication_s(row) > row['compute_s_planned']
 
 
 def mape(rows) -> float:
-  """Mean absolute percentage error of the predicted step times."""
-  return float(100 * np.mean([abs(r['error']) for r in rows]))
+  """Mean absolute percentage error of the predicted step times (nan for none)."""
+  return float(100 * np.mean([abs(r['error']) for r in rows])) if rows else float('nan')
+
+
+def mape_split(rows) -> dict:
+  """{'all' | 'link_bound' | 'compute_bound': (MAPE %, cells)}."""
+  bound = [r for r in rows if link_bound(r)]
+  free = [r for r in rows if not link_bound(r)]
+  return {name: (mape(group), len(group)) for name, group in
+          (('all', rows), ('link_bound', bound), ('compute_bound', free))}
 
 
 def _key(row, *names):
@@ -29,7 +65,14 @@ def shards_needed(rows, tolerance: float = 0.05) -> dict:
 
 
 def findings(rows) -> list[tuple[str, bool, str]]:
-  """The study's four findings: (claim, supported by the measurement, evidence)."""
+  """The study's four findings: (claim, supported by the measurement, evidence).
+
+  The first three compare PS cells with each other; the fourth compares PS
+  with all-reduce, both measured when the study ran the all-reduce engine.
+  """
+  everything, rows = rows, [r for r in rows if engine_of(r) == 'ps']
+  if not rows:
+    return []
   needed = shards_needed(rows)
   models = sorted({r['cell']['model'] for r in rows})
   # Communication-heavy: more bytes per second of compute.
@@ -84,27 +127,53 @@ def findings(rows) -> list[tuple[str, bool, str]]:
       'compute alone does not grow with N_w here' if bound else
       'no setting where the shard link exceeds T_C'))
 
-  close = {True: [], False: []}
-  for r in rows:
-    ratio = r['measured_step_s'] / r['allreduce_step_s_predicted']
-    close[r['cell']['num_shards'] >= r['cell']['num_workers']].append(abs(ratio - 1))
-  out.append((
-      'All-reduce matches PS only when N_ps is comparable to N_w',
-      bool(close[True]) and bool(close[False]) and
-      np.mean(close[True]) < np.mean(close[False]),
-      f'mean |PS measured / ring all-reduce predicted - 1|: '
-      f'{np.mean(close[True]):.2f} with N_ps >= N_w, '
-      f'{np.mean(close[False]) if close[False] else float("nan"):.2f} with N_ps < N_w '
-      '(SPMD collectives between emulated devices of one host are not paced, '
-      'so the all-reduce side is the planner\'s ring formula with the same T_C '
-      'and link)'))
+  out.append(_allreduce_finding(rows, [r for r in everything
+                                       if engine_of(r) == 'allreduce']))
   return out
+
+
+def _allreduce_finding(ps_rows, ring_rows) -> tuple[str, bool, str]:
+  """Finding (d): PS's step against all-reduce's in the same setting, both
+  measured; without all-reduce cells (studies from before the engine), the
+  planner's ring formula stands in for the all-reduce side."""
+  setting = ('model', 'num_workers', 'batch_size', 'bandwidth_gbps')
+  ring = {_key(r, *setting): r['measured_step_s'] for r in ring_rows}
+  close = {True: [], False: []}
+  for r in ps_rows:
+    if ring_rows and _key(r, *setting) not in ring:
+      continue
+    other = ring[_key(r, *setting)] if ring_rows else r['allreduce_step_s_predicted']
+    close[r['cell']['num_shards'] >= r['cell']['num_workers']].append(
+        abs(r['measured_step_s'] / other - 1))
+  mean = {k: float(np.mean(v)) if v else float('nan') for k, v in close.items()}
+  if ring_rows:
+    how = ('mean |PS measured / all-reduce measured - 1| in the same setting',
+           'both engines measured over the same paced links')
+  else:
+    how = ('mean |PS measured / ring all-reduce predicted - 1|',
+           'no all-reduce cell in this study, so the all-reduce side is the '
+           'planner\'s ring formula with the same T_C and link')
+  return (
+      'All-reduce matches PS only when N_ps is comparable to N_w',
+      bool(close[True]) and bool(close[False]) and mean[True] < mean[False],
+      f'{how[0]}: {mean[True]:.2f} with N_ps >= N_w ({len(close[True])} cells), '
+      f'{mean[False]:.2f} with N_ps < N_w ({len(close[False])}); {how[1]}')
 
 
 def _plots(rows, workdir: str) -> list[str]:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  files = []
+  everything, rows = rows, [r for r in rows if engine_of(r) == 'ps']
+  if rows:
+    files += _ps_plots(rows, workdir, plt)
+  files.append(_predicted_vs_measured_plot(everything, workdir, plt))
+  return files
+
+
+def _ps_plots(rows, workdir: str, plt) -> list[str]:
+  """Step time against N_ps, and throughput against N_w, of the PS cells."""
   files = []
   models = sorted({r['cell']['model'] for r in rows})
   bandwidths = sorted({r['cell']['bandwidth_gbps'] for r in rows})
@@ -142,19 +211,26 @@ def _plots(rows, workdir: str) -> list[str]:
            xticks=sorted({r['cell']['num_workers'] for r in rows}))
     ax.legend(fontsize=7)
   files.append(_save(fig, workdir, 'study_throughput_vs_workers.png'))
+  return files
 
+
+def _predicted_vs_measured_plot(rows, workdir: str, plt) -> str:
   fig, ax = plt.subplots(figsize=(5, 5))
-  for model in models:
-    mine = [r for r in rows if r['cell']['model'] == model]
-    ax.plot([r['measured_step_s'] for r in mine], [r['predicted_step_s'] for r in mine],
-            'o', label=model)
+  engines = sorted({engine_of(r) for r in rows})
+  for engine in engines:
+    for model in sorted({r['cell']['model'] for r in rows}):
+      mine = [r for r in rows if r['cell']['model'] == model and engine_of(r) == engine]
+      if mine:
+        label = model if len(engines) == 1 else f'{model}, {engine}'
+        ax.plot([r['measured_step_s'] for r in mine],
+                [r['predicted_step_s'] for r in mine],
+                'o' if engine == 'ps' else 's', label=label)
   top = max(max(r['measured_step_s'], r['predicted_step_s']) for r in rows) * 1.05
   ax.plot([0, top], [0, top], 'k--', label='y = x')
   ax.set(xlabel='measured step time (s)', ylabel='predicted step time (s)',
          title=f'MAPE {mape(rows):.1f}% over {len(rows)} cells')
   ax.legend(fontsize=7)
-  files.append(_save(fig, workdir, 'study_predicted_vs_measured.png'))
-  return files
+  return _save(fig, workdir, 'study_predicted_vs_measured.png')
 
 
 def _save(fig, workdir: str, name: str) -> str:
@@ -165,38 +241,99 @@ def _save(fig, workdir: str, name: str) -> str:
   return name
 
 
+def _percent(value: float) -> str | None:
+  """A MAPE for the summary: None where no cell had it (JSON has no nan)."""
+  return None if np.isnan(value) else value
+
+
+def summarize(rows) -> dict:
+  """The study's figures: MAPE over all cells, link-bound and compute-bound
+  ones (and per engine), and the worst cell."""
+  worst = max(rows, key=lambda r: abs(r['error']))
+  split = mape_split(rows)
+  return {
+      'cells': len(rows), 'mape_percent': split['all'][0],
+      'mape_link_bound_percent': _percent(split['link_bound'][0]),
+      'link_bound_cells': split['link_bound'][1],
+      'mape_compute_bound_percent': _percent(split['compute_bound'][0]),
+      'compute_bound_cells': split['compute_bound'][1],
+      'mape_percent_by_engine': {e: mape([r for r in rows if engine_of(r) == e])
+                                 for e in sorted({engine_of(r) for r in rows})},
+      'worst_cell': worst['cell'], 'worst_error_percent': 100 * worst['error']}
+
+
+def _mape_table(rows) -> list[str]:
+  """MAPE (cells) per engine and over all, for all, link- and compute-bound cells."""
+  def cell(group):
+    value, count = group
+    return f'{value:.1f}% ({count})' if count else '- (0)'
+  engines = sorted({engine_of(r) for r in rows})
+  groups = [(e, [r for r in rows if engine_of(r) == e]) for e in engines]
+  if len(engines) > 1:
+    groups.append(('all engines', rows))
+  lines = ['| engine | all cells | link-bound | compute-bound |', '|---|---|---|---|']
+  for name, group in groups:
+    split = mape_split(group)
+    lines.append(f'| {name} | {cell(split["all"])} | {cell(split["link_bound"])} | '
+                 f'{cell(split["compute_bound"])} |')
+  return lines
+
+
+def _cells_table(engine: str, rows) -> list[str]:
+  """One engine's cells: measured and predicted step, and the measured phases."""
+  phases = PHASE_COLUMNS.get(engine, ('compute_s',))
+  shards = engine == 'ps'
+  head = (['model', 'N_w'] + (['N_ps'] if shards else []) +
+          ['Gbit/s', 'batch', 'measured s', 'predicted s', 'error', 'bound', 'images/s'] +
+          [p[:-len('_s')] for p in phases] + (['overhead planned'] if shards else []))
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  for r in rows:
+    c = r['cell']
+    values = ([c['model'], c['num_workers']] + ([c['num_shards']] if shards else []) +
+              [f'{c["bandwidth_gbps"]:g}', c['batch_size'], f'{r["measured_step_s"]:.3f}',
+               f'{r["predicted_step_s"]:.3f}', f'{100 * r["error"]:+.1f}%',
+               'link' if link_bound(r) else 'compute', f'{r["images_per_sec"]:.0f}'] +
+              [f'{r[p]:.3f}' if p in r else '-' for p in phases])
+    if shards:
+      overhead = r.get('overhead_s_planned')
+      values.append('-' if overhead is None else f'{overhead:.3f}')
+    lines.append('| ' + ' | '.join(map(str, values)) + ' |')
+  return lines
+
+
 def write_study(rows, workdir: str) -> dict:
   """Writes study.md and the PNGs; returns the summary (MAPE, worst cell)."""
-  worst = max(rows, key=lambda r: abs(r['error']))
-  summary = {'cells': len(rows), 'mape_percent': mape(rows),
-             'worst_cell': worst['cell'], 'worst_error_percent': 100 * worst['error']}
+  summary = summarize(rows)
+  split = mape_split(rows)
   plots = _plots(rows, workdir)
+  engines = sorted({engine_of(r) for r in rows})
+  counts = ', '.join(f'{sum(engine_of(r) == e for r in rows)} {e}' for e in engines)
   lines = [
-      '# Study: the parameter-server engine against the planner', '',
-      f'{len(rows)} cells; mean absolute percentage error of the predicted step '
-      f'time **{summary["mape_percent"]:.1f}%**; worst cell {worst["cell"]} at '
+      '# Study: the emulated engines against the planner', '',
+      f'{len(rows)} cells ({counts}); mean absolute percentage error of the '
+      f'predicted step time **{summary["mape_percent"]:.1f}%** '
+      f'(link-bound cells {split["link_bound"][0]:.1f}% over {split["link_bound"][1]}, '
+      f'compute-bound cells {split["compute_bound"][0]:.1f}% over '
+      f'{split["compute_bound"][1]}); worst cell {summary["worst_cell"]} at '
       f'{summary["worst_error_percent"]:+.1f}%.', '',
-      'Measured: the synchronous PS engine, median of the timed steps. '
-      'Predicted: T_C (the workers\' program alone, measured by the planner '
-      'just before and just after the cell, mean of the two medians) + push + '
-      'update + pull from the planner\'s formulas with its measured S, update '
-      'time and host copy speed, and the configured link.', '',
+      *_mape_table(rows), '',
+      LINK_BOUND_DEFINITION, '',
+      'Measured: each engine\'s step, median of the timed steps. Predicted for '
+      'PS: T_C (the workers\' program alone, measured by the planner just '
+      'before and just after the cell, mean of the two medians) + push + '
+      'update + pull from the planner\'s formulas with its measured S and '
+      'update time and the configured link, + the host\'s copies to and from '
+      'the devices, + the overhead of the emulation, measured by the planner '
+      'without links: the host\'s copies and hand-offs of a push and a pull '
+      'that the link does not hide (each message\'s first chunk is copied '
+      'before the link starts on it) and the step\'s fixed bookkeeping.', '',
       '## Findings', '']
   for claim, supported, evidence in findings(rows):
     lines.append(f'- **{claim}**: {"supported" if supported else "not supported"} '
                  f'by the measurement. {evidence}.')
-  lines += ['', '## Cells', '',
-            '| model | N_w | N_ps | Gbit/s | batch | measured s | predicted s | error | '
-            'images/s | compute | push | update | pull |',
-            '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
-  for r in rows:
-    c = r['cell']
-    lines.append(
-        f'| {c["model"]} | {c["num_workers"]} | {c["num_shards"]} | '
-        f'{c["bandwidth_gbps"]:g} | {c["batch_size"]} | {r["measured_step_s"]:.3f} | '
-        f'{r["predicted_step_s"]:.3f} | {100 * r["error"]:+.1f}% | '
-        f'{r["images_per_sec"]:.0f} | {r["compute_s"]:.3f} | {r["push_s"]:.3f} | '
-        f'{r["update_s"]:.3f} | {r["pull_s"]:.3f} |')
+  for engine in engines:
+    lines += ['', f'## Cells: {engine}', '',
+              *_cells_table(engine, [r for r in rows if engine_of(r) == engine])]
   lines += ['', '## Plots', ''] + [f'![{p}]({p})' for p in plots]
   with open(os.path.join(workdir, STUDY_FILE), 'w') as f:
     f.write('\n'.join(lines) + '\n')

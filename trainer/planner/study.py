@@ -1,16 +1,18 @@
-"""--mode=study: the PS engine over a grid, against the planner's predictions.
+"""--mode=study: the emulated engines over a grid, against the planner's predictions.
 
-Each cell (model, N_w, N_ps, bandwidth, global batch) runs the synchronous
-PS engine for a few steps on synthetic data and records the median measured
-step time. The prediction for the cell uses only the planner's own
-measurements (T_C of the workers' program, S, the shards' update time, the
-host<->device copy speed) and the configured link; it never sees the
-engine's times, so the comparison can fail. Cells are appended to
-study.jsonl as they finish, so an interrupted study resumes where it stopped.
+Each setting (model, N_w, bandwidth, global batch) runs under every engine
+of study.engines: the synchronous PS engine once per N_ps, the all-reduce
+engine once (a ring has no shards). A cell is one engine in one setting; it
+runs for a few steps on synthetic data and records the median measured step
+time. The prediction for the cell uses only the planner's own measurements
+(T_C of the workers' program, S, the shards' update time, the host's copies
+and hand-offs) and the configured link; it never sees the engine's times,
+so the comparison can fail (tests/test_study_predictor.py). Cells are
+appended to study.jsonl as they finish, so an interrupted study resumes
+where it stopped.
 """
 
 import json
-import math
 import os
 import tempfile
 import time
@@ -27,6 +29,7 @@ from trainer import engines
 from trainer import experiment
 from trainer import progress
 from trainer import state as state_lib
+from trainer import units
 from trainer import workdir_lock
 from trainer.planner import formulas
 from trainer.planner import measure
@@ -36,8 +39,15 @@ RESULTS_FILE = 'study.jsonl'
 _WARMUP_STEPS = 2
 
 
+def study_engines(config) -> list[str]:
+  """study.engines as names, in order, each once (checked by validation.py)."""
+  return list(dict.fromkeys(e.strip() for e in config.study.engines.split(',') if e.strip()))
+
+
 def grid(config) -> list[dict]:
-  """Every cell of the study, in the order they run."""
+  """Every cell of the study, in the order they run: each setting's engines
+  one after another, so that what the engines are compared on runs close
+  together in time on a machine whose speed drifts."""
   study = config.study  # values checked by trainer/validation.py
   models = [m.strip() for m in study.models.split(',') if m.strip()]
   bandwidths = parse_list('study.link_bandwidths_gbps', study.link_bandwidths_gbps, float)
@@ -46,9 +56,14 @@ def grid(config) -> list[dict]:
     for workers in parse_list('study.num_workers', study.num_workers):
       for batch in parse_list('study.global_batch_sizes', study.global_batch_sizes):
         for bandwidth in bandwidths:
-          for shards in parse_list('study.num_shards', study.num_shards):
-            cells.append({'model': model, 'num_workers': workers, 'batch_size': batch,
-                          'bandwidth_gbps': bandwidth, 'num_shards': shards})
+          setting = {'model': model, 'num_workers': workers, 'batch_size': batch,
+                     'bandwidth_gbps': bandwidth}
+          for engine in study_engines(config):
+            if engine == 'ps':
+              cells += [{'engine': 'ps', **setting, 'num_shards': shards}
+                        for shards in parse_list('study.num_shards', study.num_shards)]
+            else:  # a ring of the workers: no shards
+              cells.append({'engine': engine, **setting})
   return cells
 
 
@@ -68,6 +83,8 @@ def check(config, num_devices: int) -> list[dict]:
 
 
 def cell_key(cell: dict) -> str:
+  """The cell's identity in study.jsonl; it names the engine, so a row of a
+  study from before study.engines (no engine) matches no cell and reruns."""
   return json.dumps(cell, sort_keys=True)
 
 
@@ -80,19 +97,23 @@ def cell_config(config, cell: dict):
   c.data.num_synthetic_examples = cell['batch_size'] * 4
   c.batch_size = cell['batch_size']
   c.num_train_steps = 1000
-  c.engine = 'ps'
-  c.ps.mode = 'sync'
-  c.ps.max_staleness = 1  # the sync engine's only accepted value
-  c.ps.overlap = False
+  c.engine = cell['engine']
   c.network.num_workers = cell['num_workers']
-  c.ps.num_shards = cell['num_shards']
   c.network.bandwidth_gbps = cell['bandwidth_gbps']
+  if cell['engine'] == 'ps':
+    c.ps.mode = 'sync'
+    c.ps.max_staleness = 1  # the sync engine's only accepted value
+    c.ps.overlap = False
+    c.ps.num_shards = cell['num_shards']
+  else:
+    c.allreduce.algorithm = 'ring'
   return c
 
 
-def measure_step_s(exp, steps: int) -> tuple[float, dict]:
-  """Median wall time of a PS step, and the mean time split."""
-  engine = engines.create_engine(exp)
+def measure_step_s(exp, steps: int, create_engine=engines.create_engine) -> tuple[float, dict]:
+  """Median wall time of a step of the configured engine, and the mean of
+  each of its step phases (engine.step_phases) over the timed steps."""
+  engine = create_engine(exp)
   try:
     engine.start(state_lib.create_train_state(
         exp.model, exp.tx, exp.config.data.image_size, exp.state_shardings,
@@ -110,25 +131,27 @@ def measure_step_s(exp, steps: int) -> tuple[float, dict]:
         records.append(record)
   finally:
     engine.close()
-  split = {k: float(np.mean([r[k] for r in records]))
-           for k in ('compute_s', 'push_s', 'update_s', 'pull_s', 'wait_s')}
+  split = {k: float(np.mean([r[k] for r in records])) for k in engine.step_phases}
   return float(np.median(times)), split
 
 
 class Predictor:
   """The planner's prediction of a cell's step time, from its own measurements.
 
-  S, the update time and the host copies are measured once per study
-  process. T_C is measured for each cell, just before and just after the
-  engine runs it, and the mean taken: the speed of this shared 2-core
-  machine drifts by 10-30% over seconds (the same program's median time
-  moves that much between consecutive measurements), and bracketing the
-  cell keeps that drift out of the comparison. The engine's own times are
-  never used.
-"""
+  `measurements` is where they come from (the measure module; tests give a
+  fake). S and the shards' sizes are taken once. What depends on the
+  host's speed (T_C, and for PS the update, the host's copies and
+  hand-offs) is measured for each cell, just before and just after the
+  engine runs it (`measure_now`), and the mean of the two taken: the speed
+  of this shared 2-core machine drifts by 10-30% over seconds (the same
+  program's median time moves that much between consecutive measurements),
+  and bracketing the cell keeps that drift out of the comparison. The
+  engine's own times are never used.
+  """
 
-  def __init__(self, config):
+  def __init__(self, config, measurements=measure):
     self._config = config
+    self._measure = measurements
     self._cache = {}
 
   def _once(self, key, fn):
@@ -140,39 +163,80 @@ class Predictor:
     """T_C: the median time of the workers' program alone, measured now
     (compiled once per model, N_w and batch)."""
     n, model = cell['num_workers'], cell['model']
-    timer = self._once(('timer', model, n, cell['batch_size']), lambda: measure.ComputeTimer(
-        exp, n, cell['batch_size'] // n))
+    timer = self._once(('timer', model, n, cell['batch_size']),
+                       lambda: self._measure.ComputeTimer(exp, n, cell['batch_size'] // n))
     return timer.median_s(self._config.plan.repeats)
 
-  def predict(self, exp, cell: dict, compute: float) -> dict:
-    """The cell's step time, given T_C (`compute`)."""
+  def measure_now(self, exp, cell: dict) -> dict:
+    """What the prediction takes from the host's speed, measured now:
+    {'compute_s': T_C, and for PS the HostTimer's times}."""
+    now = {'compute_s': self.compute_s(exp, cell)}
+    if cell['engine'] == 'ps':
+      # The grid runs one model after another: an earlier model's timers
+      # (its shards and buffers) are not needed again.
+      self.close(keep_model=cell['model'])
+      n, n_ps = cell['num_workers'], cell['num_shards']
+      timer = self._once(('host', cell['model'], n, n_ps),
+                         lambda: self._measure.HostTimer(exp, n, n_ps))
+      now.update(timer.median_s(self._config.plan.repeats))
+    return now
+
+  def close(self, keep_model: str | None = None) -> None:
+    """Ends the host timers' threads (but those of `keep_model`)."""
+    for key in [k for k in self._cache if k[0] == 'host' and k[1] != keep_model]:
+      self._cache.pop(key).close()
+
+  def predict(self, exp, cell: dict, now: dict) -> dict:
+    """The cell's step time under its engine, from measure_now's figures
+    (the mean of those before and after the cell)."""
+    engine = cell['engine']
+    if engine == 'ps':
+      return self.predict_ps(exp, cell, now)
+    if engine == 'allreduce':
+      return self.predict_allreduce(exp, cell, now['compute_s'])
+    raise ValueError(f'no prediction for engine {engine!r}')
+
+  def predict_ps(self, exp, cell: dict, now: dict) -> dict:
+    """The synchronous PS step: T_C, push, update, pull over the links, and
+    what the emulation adds on this host (overhead_s_planned)."""
     n, n_ps = cell['num_workers'], cell['num_shards']
-    model = cell['model']
-    repeats = self._config.plan.repeats
-    size = measure.model_bytes(exp)
-    update = self._once(('update', model, n, n_ps),
-                        lambda: measure.update_s(exp, n, n_ps, repeats))
-    copies = self._once(('copies', model), lambda: measure.host_copies_s(exp, repeats))
-    largest = self._once(('largest', model, n_ps),
-                         lambda: measure.largest_shard_bytes(exp, n_ps))
-    # Each worker copies its gradients off its device and into the shards'
-    # buffers, and its parameters into a buffer and back on its device; the
-    # workers share the host's cores for it.
-    share = math.ceil(n / (os.cpu_count() or 1))
-    device_copies = copies['device_s'] * share
-    bandwidth = measure.gbps_to_bytes_per_s(cell['bandwidth_gbps'])
+    m, compute, update = self._measure, now['compute_s'], now['update_s']
+    size = self._once(('bytes', cell['model']), lambda: m.model_bytes(exp))
+    largest = self._once(('largest', cell['model'], n_ps),
+                         lambda: m.largest_shard_bytes(exp, n_ps))
+    bandwidth = units.gbps_to_bytes_per_s(cell['bandwidth_gbps'])
     latency = exp.config.network.latency_ms / 1e3
-    step = formulas.ps_step_s(
+    direction = formulas.ps_direction_s(size, bandwidth, n, n_ps, latency, largest)
+    # A message is one shard's pieces (the largest shard's, on the busiest
+    # link); the link starts on it once its first chunk is copied.
+    exposed = formulas.first_chunk_share(largest, m.link_chunk_bytes(cell['bandwidth_gbps']))
+    emulated = formulas.ps_step_s(
         compute, size, bandwidth, n, n_ps, latency_s=latency, update_s=update,
-        largest_shard_bytes=largest,
-        host_copy_s=copies['per_direction_s'] * share) + device_copies
-    allreduce = formulas.spmd_step_s(compute, size, bandwidth, n, latency_s=latency)
-    return {'predicted_step_s': step, 'compute_s_planned': compute,
+        largest_shard_bytes=largest, host_push_s=now['push_s'],
+        host_pull_s=now['pull_s'], exposed_share=exposed)
+    step = emulated + now['device_copies_s'] + now['bookkeeping_s']
+    return {'predicted_step_s': step,
+            'compute_s_planned': compute,
             'model_bytes': size, 'update_s_planned': update,
-            'direction_s_planned': formulas.ps_direction_s(
-                size, bandwidth, n, n_ps, latency, largest),
-            'host_copies_s_planned': device_copies,
-            'allreduce_step_s_predicted': allreduce}
+            'direction_s_planned': direction,
+            'communication_s_planned': 2 * direction,
+            'host_copies_s_planned': now['device_copies_s'],
+            'host_push_s_planned': now['push_s'], 'host_pull_s_planned': now['pull_s'],
+            'bookkeeping_s_planned': now['bookkeeping_s'],
+            # What the emulation adds to T_C + 2 directions + update + the
+            # device copies: the host's copies and hand-offs that the links
+            # do not hide, and the step's fixed bookkeeping.
+            'overhead_s_planned': step - (compute + 2 * direction + update +
+                                          now['device_copies_s']),
+            'allreduce_step_s_predicted': formulas.spmd_step_s(
+                compute, size, bandwidth, n, latency_s=latency)}
+
+  def predict_allreduce(self, exp, cell: dict, compute: float) -> dict:
+    """The all-reduce engine's step: T_C, the ring over the paced links, the
+    workers' update. Its keys: those of predict_ps that apply, with
+    communication_s_planned the ring's link time."""
+    raise NotImplementedError('the study predicts engine=allreduce once '
+                              'Predictor.predict_allreduce is written')
 
 
 def load_results(workdir: str) -> dict:
@@ -188,40 +252,58 @@ def run_study(config, workdir: str) -> dict:
   """Runs the missing cells, then writes study.md and the plots."""
   with workdir_lock.hold(workdir, 'study', process_index=jax.process_index(),
                          process_count=jax.process_count()):
-    return _run_cells(config, workdir)
+    measure.reuse_compilations(tempfile.mkdtemp(prefix='study_xla_cache_'))
+    return run_cells(config, workdir)
 
 
-def _run_cells(config, workdir: str) -> dict:
+def _run_cell(config, workdir: str, cell: dict, measure_step, predictor) -> dict:
+  """One cell's row: the engine's steps, bracketed by the planner's
+  measurements, and the prediction from those."""
+  exp = experiment.build_experiment(cell_config(config, cell), workdir)
+  before = predictor.measure_now(exp, cell)
+  measured, split = measure_step(exp, config.study.steps)
+  after = predictor.measure_now(exp, cell)
+  prediction = predictor.predict(exp, cell, {k: (before[k] + after[k]) / 2 for k in before})
+  return {'cell': cell, 'measured_step_s': measured, **split, **prediction,
+          'images_per_sec': cell['batch_size'] / measured,
+          'error': (prediction['predicted_step_s'] - measured) / measured}
+
+
+def run_cells(config, workdir: str, measure_step=measure_step_s,
+              predictor: Predictor | None = None) -> dict:
+  """Runs the cells not in study.jsonl yet and writes the report.
+
+  measure_step(exp, steps) -> (median step seconds, phase split) is the
+  study's only contact with the engine, and predictor its only source of
+  predictions: the two meet in the row's error and nowhere else (tests
+  replace either to show that).
+  """
   cells = check(config, jax.device_count())
   os.makedirs(workdir, exist_ok=True)
   done = load_results(workdir)
   todo = [c for c in cells if cell_key(c) not in done]
   logging.info('Study: %d cells, %d done before, %d to run', len(cells),
                len(cells) - len(todo), len(todo))
-  predictor = Predictor(config)
-  measure.reuse_compilations(tempfile.mkdtemp(prefix='study_xla_cache_'))
+  predictor = predictor or Predictor(config)
   started = time.perf_counter()
-  with open(os.path.join(workdir, RESULTS_FILE), 'a') as out:
-    for i, cell in enumerate(todo):
-      cell_started = time.perf_counter()
-      exp = experiment.build_experiment(cell_config(config, cell), workdir)
-      before = predictor.compute_s(exp, cell)
-      measured, split = measure_step_s(exp, config.study.steps)
-      after = predictor.compute_s(exp, cell)
-      prediction = predictor.predict(exp, cell, (before + after) / 2)
-      row = {'cell': cell, 'measured_step_s': measured, **split, **prediction}
-      row['images_per_sec'] = cell['batch_size'] / measured
-      row['error'] = (prediction['predicted_step_s'] - measured) / measured
-      out.write(json.dumps(row) + '\n')
-      out.flush()
-      done[cell_key(cell)] = row
-      now = time.perf_counter()
-      # The ETA counts only the cells of this run: a resumed study's earlier
-      # cells took no time here.
-      logging.info('Study %s: %s: measured %.3fs, predicted %.3fs (%+.1f%%)',
-                   progress.done_line('cell', len(cells) - len(todo) + i + 1,
-                                      len(cells), now - cell_started,
-                                      progress.eta_text(i + 1, len(todo), now - started)),
-                   cell, measured, prediction['predicted_step_s'], 100 * row['error'])
+  try:
+    with open(os.path.join(workdir, RESULTS_FILE), 'a') as out:
+      for i, cell in enumerate(todo):
+        cell_started = time.perf_counter()
+        row = _run_cell(config, workdir, cell, measure_step, predictor)
+        out.write(json.dumps(row) + '\n')
+        out.flush()
+        done[cell_key(cell)] = row
+        now = time.perf_counter()
+        # The ETA counts only the cells of this run: a resumed study's earlier
+        # cells took no time here.
+        logging.info('Study %s: %s: measured %.3fs, predicted %.3fs (%+.1f%%)',
+                     progress.done_line('cell', len(cells) - len(todo) + i + 1,
+                                        len(cells), now - cell_started,
+                                        progress.eta_text(i + 1, len(todo), now - started)),
+                     cell, row['measured_step_s'], row['predicted_step_s'],
+                     100 * row['error'])
+  finally:
+    predictor.close()
   rows = [done[cell_key(c)] for c in cells]
   return report.write_study(rows, workdir)
