@@ -99,18 +99,28 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan = ml_collections.ConfigDict()
   config.plan.per_worker_batch_sizes = '2,4,8,16,32,64'  # per-worker mini-batches to sweep (up to what fits)
   config.plan.repeats = 5  # timed runs per measurement (median)
-  config.plan.num_workers = 0  # N_w of the cluster to plan for; 0: network.num_workers, else every device
-  config.plan.link_bandwidth_gbps = 10.0  # link of the cluster to plan for, Gbit/s per interface and direction
-  config.plan.link_latency_ms = 0.05  # its one-way latency, ms
-  config.plan.compute_s = 0.0  # a stated T_C of the chosen mini-batch; 0: from the device peak, else the measured one
+  config.plan.num_workers = 0  # N_w: devices of the cluster to plan for, all hosts together; 0: network.num_workers, else every device
+  config.plan.devices_per_host = 1  # G: devices per host, sharing the host's one NIC (hosts = plan.num_workers / G; 1: a flat cluster)
+  config.plan.link_bandwidth_gbps = 10.0  # each host's NIC, Gbit/s per direction
+  config.plan.link_latency_ms = 0.05  # the NIC's one-way latency, ms
+  config.plan.intra_host_gbps = 0.0  # each device's port into its host's fabric (NVLink, PCIe), Gbit/s per direction; 0: unlimited
+  config.plan.intra_host_latency_ms = 0.0  # one-way latency inside a host, ms
+  config.plan.ps_placement = 'dedicated'  # where PS shards live: dedicated (server hosts of their own), colocated (on the worker hosts, sharing their NICs)
+  config.plan.allreduce_algorithms = 'ring,hierarchical'  # all-reduce algorithms compared with PS: ring (one ring through every device), hierarchical (inside each host, then rings across hosts)
+  config.plan.overlap = False  # the cluster's framework overlaps communication with backprop (Horovod, PyTorch DDP do); False: compute, then communication
+  config.plan.compute_s = 0.0  # a stated T_C at per-device batch plan.compute_s_batch, other batches in proportion; 0: from the device peak, else measured here
+  config.plan.compute_s_batch = 0  # the per-device batch plan.compute_s is for; 0: the smallest of plan.per_worker_batch_sizes
   config.plan.device_tflops = 0.0  # the cluster's device peak, TFLOP/s in the model's dtype; 0: the devices at hand
   config.plan.device_utilization = 0.4  # fraction of that peak a train step reaches (T_C = FLOPs / (peak * this))
+  config.plan.device_memory_gib = 0.0  # memory of the cluster's device: larger batches are not tried; 0: as the devices at hand (runtime.device_memory_gib)
   config.study = ml_collections.ConfigDict()
   config.study.models = 'resnet18,alexnet'  # registry names: one compute-heavy, one communication-heavy
   config.study.engines = 'ps,allreduce'  # engines each setting runs under: ps (once per N_ps), allreduce (a ring of the workers over the same links, once)
   config.study.model_width = 16  # model.width of every study model (0: published)
   config.study.num_workers = '2,4'  # N_w grid
   config.study.num_shards = '1,2,4'  # N_ps grid
+  config.study.devices_per_host = '1'  # grid of workers per emulated host (network.devices_per_host); the study's other network.* keys apply to every cell
+  config.study.allreduce_algorithms = 'ring'  # allreduce cells with more than one worker a host run each of these (ring, hierarchical)
   config.study.link_bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
   config.study.global_batch_sizes = '64,256'  # global batch grid (all workers together)
   config.study.steps = 8  # timed PS steps per cell (after 2 warm-up steps)

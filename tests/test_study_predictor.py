@@ -14,6 +14,7 @@ import pytest
 
 from configs import default
 from trainer import state as state_lib
+from trainer.planner import formulas
 from trainer.planner import report
 from trainer.planner import study
 
@@ -132,12 +133,56 @@ def test_the_host_overheads_add_to_the_formula_as_a_named_term():
   assert row['host_copies_s_planned'] == pytest.approx(0.003)
 
 
-def test_the_all_reduce_prediction_is_dispatched_on_the_engine():
-  predictor = study.Predictor(_tiny_config(), measurements=FakeMeasurements())
+class RingMeasurements(FakeMeasurements):
+  """The all-reduce engine's host work, fixed: 4 ms of ring work on
+  unlimited links, 3 ms of device copies, a 7 ms update, 1 ms of bookkeeping."""
+
+  class AllReduceHostTimer:
+    def __init__(self, exp, num_workers, devices_per_host, algorithm):
+      del exp, num_workers, devices_per_host, algorithm
+
+    def median_s(self, repeats):
+      del repeats
+      return {'ring_s': 0.004, 'device_copies_s': 0.003, 'update_s': 0.007,
+              'bookkeeping_s': 0.001}
+
+    def close(self):
+      pass
+
+
+def test_the_all_reduce_prediction_adds_the_ring_to_the_host_work():
+  config = _tiny_config(engines='allreduce')
+  predictor = study.Predictor(config, measurements=RingMeasurements())
   cell = {'engine': 'allreduce', 'model': 'resnet18', 'num_workers': 2, 'batch_size': 8,
-          'bandwidth_gbps': 1.0}
-  with pytest.raises(NotImplementedError):
-    predictor.predict(None, cell, {'compute_s': 0.05})
+          'bandwidth_gbps': 1.0, 'devices_per_host': 1, 'algorithm': 'ring'}
+  exp = types.SimpleNamespace(config=config)
+  row = predictor.predict(exp, cell, predictor.measure_now(exp, cell))
+  # 2 ring steps of 0.5 MB at 1 Gbit/s: 4 ms each on the links. The host's
+  # 4 ms of ring work is 2 ms a step, of which the first chunk's half (0.25
+  # of 0.5 MB) shows: 5 ms a step.
+  assert row['communication_s_planned'] == pytest.approx(0.008)
+  assert row['predicted_step_s'] == pytest.approx(0.050 + 0.003 + 2 * 0.005 + 0.007 + 0.001)
+  assert row['overhead_s_planned'] == pytest.approx(2 * 0.001 + 0.001)
+
+
+@pytest.mark.parametrize('algorithm,per_host,expected', [
+    # 4 workers, 1 MB, NICs of 1 Gbit/s (125 MB/s), unlimited ports.
+    ('ring', 1, [(6, 0.25 * MB, 0.002)]),
+    ('ring', 2, [(6, 0.25 * MB, 0.002)]),  # only edges between hosts cross NICs
+    ('ring', 4, [(6, 0.25 * MB, 0.0)]),  # one host: no NIC at all
+    # inside (S/2 over the ports), 2 steps of 2 rings of 0.25 MB through one NIC, inside
+    ('hierarchical', 2, [(1, 0.5 * MB, 0.0), (2, 0.25 * MB, 0.004), (1, 0.5 * MB, 0.0)]),
+    ('hierarchical', 1, [(6, 0.25 * MB, 0.002)]),  # hosts of one: a flat ring of hosts
+])
+def test_the_ring_steps_over_emulated_hosts(algorithm, per_host, expected):
+  phases = formulas.emulated_allreduce_phases(
+      1 * MB, 4, per_host, algorithm, nic_bandwidth=GBIT)
+  assert [(c, pytest.approx(m), pytest.approx(t)) for c, m, t in phases] == expected
+  # A slow fabric inside the host sets the pace of the steps that cross it.
+  [(_, _, inside)] = formulas.emulated_allreduce_phases(
+      1 * MB, 4, 2, 'ring', nic_bandwidth=GBIT, intra_bandwidth=GBIT / 4)
+  assert inside == pytest.approx(0.008)
+  assert formulas.emulated_allreduce_phases(1 * MB, 1, 1, 'ring', nic_bandwidth=GBIT) == []
 
 
 class FakeEngine:
@@ -288,3 +333,27 @@ def test_a_direction_shows_the_part_of_the_host_copying_before_the_link_starts()
   # A host slower than the link sets the time; no share: the old max.
   assert formulas.emulated_direction_s(0.002, 0.008, 0.1) == pytest.approx(0.008)
   assert formulas.emulated_direction_s(0.016, 0.008) == pytest.approx(0.016)
+
+
+def test_a_grid_over_hosts_runs_each_algorithm_where_hosts_hold_several_workers():
+  config = _tiny_config(engines='ps,allreduce', devices_per_host='1,2',
+                        allreduce_algorithms='ring,hierarchical')
+  cells = study.grid(config)
+  rings = [(c['devices_per_host'], c['algorithm']) for c in cells if c['engine'] == 'allreduce']
+  assert rings == [(1, 'ring'), (2, 'ring'), (2, 'hierarchical')]
+  assert [c['devices_per_host'] for c in cells if c['engine'] == 'ps'] == [1, 2]
+  assert study.cell_config(config, cells[-1]).network.devices_per_host == 2
+  assert study.cell_config(config, cells[-1]).allreduce.algorithm == 'hierarchical'
+
+
+@pytest.mark.parametrize('key,value,message', [
+    ('devices_per_host', '0', 'study.devices_per_host='),
+    ('allreduce_algorithms', 'ring,tree', "study.allreduce_algorithms='tree'"),
+    ('allreduce_algorithms', ' ', 'names no algorithm'),
+])
+def test_bad_host_grids_are_refused_in_one_line(key, value, message):
+  from configs.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from trainer import validation  # pylint: disable=g-import-not-at-top
+  with pytest.raises(UsageError) as error:
+    validation.check_config(_tiny_config(**{key: value}))
+  assert message in str(error.value) and '\n' not in str(error.value)

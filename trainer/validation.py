@@ -21,6 +21,7 @@ ALLREDUCE_ALGORITHMS = ('ring', 'hierarchical')
 STUDY_ENGINES = ('ps', 'allreduce')  # the emulated engines, whose links the study paces
 PS_MODES = ('sync', 'async')
 PS_PARTITIONERS = ('greedy', 'round_robin')
+PS_PLACEMENTS = ('dedicated', 'colocated')  # plan.ps_placement
 NONFINITE = ('stop', 'skip')
 CLUSTERS = ('auto', 'slurm', 'ompi', 'none')
 # Seeds are 32-bit: JAX's keys take the seed modulo 2**32 without x64, so two
@@ -296,6 +297,7 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   if plan.compute_s and plan.device_tflops:
     raise UsageError('plan.compute_s and plan.device_tflops both give the '
                      "cluster's compute time; set one of them")
+  _check_plan_cluster(plan)
   study_models = [m.strip() for m in study.models.split(',') if m.strip()]
   if not study_models:
     raise UsageError(f'study.models={study.models!r} names no model')
@@ -307,7 +309,13 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
     raise UsageError(f'study.engines={study.engines!r} names no engine')
   for name in study_engines:
     _one_of('study.engines', name, STUDY_ENGINES)
-  for key in ('num_workers', 'num_shards', 'global_batch_sizes'):
+  algorithms = [a.strip() for a in study.allreduce_algorithms.split(',') if a.strip()]
+  if not algorithms:
+    raise UsageError(f'study.allreduce_algorithms={study.allreduce_algorithms!r} '
+                     'names no algorithm')
+  for name in algorithms:
+    _one_of('study.allreduce_algorithms', name, ALLREDUCE_ALGORITHMS)
+  for key in ('num_workers', 'num_shards', 'global_batch_sizes', 'devices_per_host'):
     if any(v < 1 for v in parse_list(f'study.{key}', study[key])):
       raise UsageError(f'study.{key}={study[key]!r}: values must be >= 1')
   bandwidths = parse_list('study.link_bandwidths_gbps', study.link_bandwidths_gbps, float)
@@ -319,6 +327,30 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   for name in study_models:
     _check_model_sizes('study.model_width', name, study.model_width,
                        config.data.image_size)
+
+
+def _check_plan_cluster(plan) -> None:
+  """The hosts, links and strategies of the cluster to plan for."""
+  _at_least('plan.devices_per_host', plan.devices_per_host, 1)
+  if plan.num_workers and plan.num_workers % plan.devices_per_host:
+    raise UsageError(f'plan.devices_per_host={plan.devices_per_host} does not divide '
+                     f'plan.num_workers={plan.num_workers}: hosts hold the same number of devices')
+  zero_means = {'intra_host_gbps': 'unlimited', 'intra_host_latency_ms': 'none',
+                'device_memory_gib': 'as the devices at hand'}
+  for key, meaning in zero_means.items():
+    if not 0 <= plan[key] < math.inf:
+      raise UsageError(f'plan.{key}={plan[key]!r} must be a finite number >= 0 (0: {meaning})')
+  _one_of('plan.ps_placement', plan.ps_placement, PS_PLACEMENTS)
+  algorithms = [a.strip() for a in plan.allreduce_algorithms.split(',') if a.strip()]
+  if not algorithms:
+    raise UsageError(f'plan.allreduce_algorithms={plan.allreduce_algorithms!r} names no '
+                     f'algorithm; use some of: {", ".join(ALLREDUCE_ALGORITHMS)}')
+  for name in algorithms:
+    _one_of('plan.allreduce_algorithms', name, ALLREDUCE_ALGORITHMS)
+  _at_least('plan.compute_s_batch', plan.compute_s_batch, 0)
+  if plan.compute_s_batch and not plan.compute_s:
+    raise UsageError(f'plan.compute_s_batch={plan.compute_s_batch} says which batch '
+                     'plan.compute_s is for; set plan.compute_s too')
 
 
 def num_emulated_workers(config: ml_collections.ConfigDict, num_devices: int) -> int:

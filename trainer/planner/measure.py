@@ -29,6 +29,8 @@ from trainer.engines.emulation import workers
 from trainer.engines.ps import cluster as cluster_lib
 from trainer.engines.ps import partition
 from trainer.engines.ps import state_split
+# The all-reduce engine's host work, beside HostTimer's for PS.
+from trainer.planner.allreduce_timer import AllReduceHostTimer  # pylint: disable=unused-import
 
 
 @dataclasses.dataclass
@@ -294,3 +296,4 @@ def capacity(exp) -> int | None:
 
 # plan.py's name for it.
 gbps_to_bytes_per_s = units.gbps_to_bytes_per_s
+

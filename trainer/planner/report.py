@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 
+from trainer import units
+
 STUDY_FILE = 'study.md'
 # The measured step phases shown per engine (the engine's step_phases less
 # its wait).
@@ -27,7 +29,9 @@ def engine_of(row) -> str:
 def communication_s(row) -> float:
   """The step's link time the planner predicted (rows from before
   communication_s_planned: the PS push and pull)."""
-  return row.get('communication_s_planned', 2 * row['direction_s_planned'])
+  if 'communication_s_planned' in row:
+    return row['communication_s_planned']
+  return 2 * row['direction_s_planned']  # a study from before the split
 
 
 def link_bound(row) -> bool:
@@ -49,8 +53,12 @@ def mape_split(rows) -> dict:
           (('all', rows), ('link_bound', bound), ('compute_bound', free))}
 
 
+# Cell keys that studies from before them did not have, and what they meant.
+_CELL_DEFAULTS = {'devices_per_host': 1, 'algorithm': 'ring'}
+
+
 def _key(row, *names):
-  return tuple(row['cell'][n] for n in names)
+  return tuple(row['cell'].get(n, _CELL_DEFAULTS.get(n)) for n in names)
 
 
 def shards_needed(rows, tolerance: float = 0.05) -> dict:
@@ -58,7 +66,8 @@ def shards_needed(rows, tolerance: float = 0.05) -> dict:
   throughput is within `tolerance` of the best over the shard counts."""
   groups = collections.defaultdict(dict)
   for r in rows:
-    groups[_key(r, 'model', 'num_workers', 'batch_size', 'bandwidth_gbps')][
+    groups[_key(r, 'model', 'num_workers', 'batch_size', 'bandwidth_gbps',
+                'devices_per_host')][
         r['cell']['num_shards']] = r['images_per_sec']
   return {k: min(n for n, v in g.items() if v >= (1 - tolerance) * max(g.values()))
           for k, g in groups.items()}
@@ -67,10 +76,12 @@ def shards_needed(rows, tolerance: float = 0.05) -> dict:
 def findings(rows) -> list[tuple[str, bool, str]]:
   """The study's four findings: (claim, supported by the measurement, evidence).
 
-  The first three compare PS cells with each other; the fourth compares PS
-  with all-reduce, both measured when the study ran the all-reduce engine.
+  The first three compare PS cells of the flat cluster (one worker a host,
+  the seed study's setting) with each other; the fourth compares PS with
+  all-reduce, both measured when the study ran the all-reduce engine.
   """
-  everything, rows = rows, [r for r in rows if engine_of(r) == 'ps']
+  everything, rows = rows, [r for r in rows if engine_of(r) == 'ps' and
+                            _key(r, 'devices_per_host') == (1,)]
   if not rows:
     return []
   needed = shards_needed(rows)
@@ -85,15 +96,15 @@ def findings(rows) -> list[tuple[str, bool, str]]:
       'Communication-heavy models need more PS shards than compute-heavy ones '
       'to reach their best throughput',
       len(models) > 1 and by_model[heavy] > by_model[light],
-      f'mean shards needed (within 5% of the best): '
+      'mean shards needed (within 5% of the best): '
       + ', '.join(f'{m} {by_model[m]:.2f} ({heaviness[m] / 1e6:.0f} MB per '
                   'compute-second)' for m in models)))
 
   batches = sorted({r['cell']['batch_size'] for r in rows})
   pairs = []
-  for (m, n, b, bw), v in needed.items():
-    if b == batches[0] and (m, n, batches[-1], bw) in needed:
-      pairs.append((v, needed[(m, n, batches[-1], bw)]))
+  for (m, n, b, bw, g), v in needed.items():
+    if b == batches[0] and (m, n, batches[-1], bw, g) in needed:
+      pairs.append((v, needed[(m, n, batches[-1], bw, g)]))
   lower = sum(large < small for small, large in pairs)
   higher = sum(large > small for small, large in pairs)
   out.append((
@@ -113,7 +124,8 @@ def findings(rows) -> list[tuple[str, bool, str]]:
       continue
     few, many = g[min(g)], g[max(g)]
     n, n_ps = many['cell']['num_workers'], many['cell']['num_shards']
-    link_s = n * many['model_bytes'] / (n_ps * many['cell']['bandwidth_gbps'] * 1e9 / 8)
+    link_s = n * many['model_bytes'] / (
+        n_ps * units.gbps_to_bytes_per_s(many['cell']['bandwidth_gbps']))
     gains[link_s > many['compute_s_planned']].append(
         many['images_per_sec'] / few['images_per_sec'])
   bound, free = gains[True], gains[False]
@@ -136,7 +148,8 @@ def _allreduce_finding(ps_rows, ring_rows) -> tuple[str, bool, str]:
   """Finding (d): PS's step against all-reduce's in the same setting, both
   measured; without all-reduce cells (studies from before the engine), the
   planner's ring formula stands in for the all-reduce side."""
-  setting = ('model', 'num_workers', 'batch_size', 'bandwidth_gbps')
+  setting = ('model', 'num_workers', 'batch_size', 'bandwidth_gbps', 'devices_per_host')
+  ring_rows = [r for r in ring_rows if _key(r, 'algorithm') == ('ring',)]
   ring = {_key(r, *setting): r['measured_step_s'] for r in ring_rows}
   close = {True: [], False: []}
   for r in ps_rows:
@@ -271,7 +284,11 @@ def _mape_table(rows) -> list[str]:
   groups = [(e, [r for r in rows if engine_of(r) == e]) for e in engines]
   if len(engines) > 1:
     groups.append(('all engines', rows))
-  lines = ['| engine | all cells | link-bound | compute-bound |', '|---|---|---|---|']
+  per_host = sorted({_key(r, 'devices_per_host')[0] for r in rows})
+  if len(per_host) > 1:  # a grid over hosts: how each host size is predicted
+    groups += [(f'all engines, G = {g}',
+                [r for r in rows if _key(r, 'devices_per_host') == (g,)]) for g in per_host]
+  lines = ['| cells | all cells | link-bound | compute-bound |', '|---|---|---|---|']
   for name, group in groups:
     split = mape_split(group)
     lines.append(f'| {name} | {cell(split["all"])} | {cell(split["link_bound"])} | '
@@ -283,13 +300,14 @@ def _cells_table(engine: str, rows) -> list[str]:
   """One engine's cells: measured and predicted step, and the measured phases."""
   phases = PHASE_COLUMNS.get(engine, ('compute_s',))
   shards = engine == 'ps'
-  head = (['model', 'N_w'] + (['N_ps'] if shards else []) +
+  head = (['model', 'N_w', 'G'] + (['N_ps'] if shards else ['algorithm']) +
           ['Gbit/s', 'batch', 'measured s', 'predicted s', 'error', 'bound', 'images/s'] +
           [p[:-len('_s')] for p in phases] + (['overhead planned'] if shards else []))
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
   for r in rows:
     c = r['cell']
-    values = ([c['model'], c['num_workers']] + ([c['num_shards']] if shards else []) +
+    values = ([c['model'], c['num_workers'], *_key(r, 'devices_per_host')] +
+              ([c['num_shards']] if shards else list(_key(r, 'algorithm'))) +
               [f'{c["bandwidth_gbps"]:g}', c['batch_size'], f'{r["measured_step_s"]:.3f}',
                f'{r["predicted_step_s"]:.3f}', f'{100 * r["error"]:+.1f}%',
                'link' if link_bound(r) else 'compute', f'{r["images_per_sec"]:.0f}'] +
@@ -326,7 +344,14 @@ def write_study(rows, workdir: str) -> dict:
       'the devices, + the overhead of the emulation, measured by the planner '
       'without links: the host\'s copies and hand-offs of a push and a pull '
       'that the link does not hide (each message\'s first chunk is copied '
-      'before the link starts on it) and the step\'s fixed bookkeeping.', '',
+      'before the link starts on it) and the step\'s fixed bookkeeping. Predicted '
+      'for all-reduce: T_C + the ring steps over the links from the '
+      'planner\'s formulas (emulated_allreduce_phases) + the host\'s work of '
+      'the rings, measured by the planner without links, where the links do '
+      'not hide it + the copies to and from the devices + the workers\' '
+      'update program + the step\'s fixed bookkeeping, each measured by the '
+      'planner just before and just after the cell. G is the workers per '
+      'emulated host, which share one NIC.', '',
       '## Findings', '']
   for claim, supported, evidence in findings(rows):
     lines.append(f'- **{claim}**: {"supported" if supported else "not supported"} '

@@ -51,19 +51,23 @@ def grid(config) -> list[dict]:
   study = config.study  # values checked by trainer/validation.py
   models = [m.strip() for m in study.models.split(',') if m.strip()]
   bandwidths = parse_list('study.link_bandwidths_gbps', study.link_bandwidths_gbps, float)
+  algorithms = [a.strip() for a in study.allreduce_algorithms.split(',') if a.strip()]
   cells = []
   for model in models:
     for workers in parse_list('study.num_workers', study.num_workers):
-      for batch in parse_list('study.global_batch_sizes', study.global_batch_sizes):
-        for bandwidth in bandwidths:
-          setting = {'model': model, 'num_workers': workers, 'batch_size': batch,
-                     'bandwidth_gbps': bandwidth}
-          for engine in study_engines(config):
-            if engine == 'ps':
-              cells += [{'engine': 'ps', **setting, 'num_shards': shards}
-                        for shards in parse_list('study.num_shards', study.num_shards)]
-            else:  # a ring of the workers: no shards
-              cells.append({'engine': engine, **setting})
+      for per_host in parse_list('study.devices_per_host', study.devices_per_host):
+        for batch in parse_list('study.global_batch_sizes', study.global_batch_sizes):
+          for bandwidth in bandwidths:
+            setting = {'model': model, 'num_workers': workers, 'batch_size': batch,
+                       'bandwidth_gbps': bandwidth, 'devices_per_host': per_host}
+            for engine in study_engines(config):
+              if engine == 'ps':
+                cells += [{'engine': 'ps', **setting, 'num_shards': shards}
+                          for shards in parse_list('study.num_shards', study.num_shards)]
+              else:  # rings of the workers: no shards
+                # With one worker a host, hierarchical is the flat ring.
+                cells += [{'engine': engine, **setting, 'algorithm': a}
+                          for a in (algorithms if per_host > 1 else ['ring'])]
   return cells
 
 
@@ -100,13 +104,14 @@ def cell_config(config, cell: dict):
   c.engine = cell['engine']
   c.network.num_workers = cell['num_workers']
   c.network.bandwidth_gbps = cell['bandwidth_gbps']
+  c.network.devices_per_host = cell.get('devices_per_host', 1)
   if cell['engine'] == 'ps':
     c.ps.mode = 'sync'
     c.ps.max_staleness = 1  # the sync engine's only accepted value
     c.ps.overlap = False
     c.ps.num_shards = cell['num_shards']
   else:
-    c.allreduce.algorithm = 'ring'
+    c.allreduce.algorithm = cell.get('algorithm', 'ring')
   return c
 
 
@@ -171,14 +176,19 @@ class Predictor:
     """What the prediction takes from the host's speed, measured now:
     {'compute_s': T_C, and for PS the HostTimer's times}."""
     now = {'compute_s': self.compute_s(exp, cell)}
+    # The grid runs one model after another: an earlier model's timers
+    # (its shards and buffers) are not needed again.
+    self.close(keep_model=cell['model'])
+    n = cell['num_workers']
     if cell['engine'] == 'ps':
-      # The grid runs one model after another: an earlier model's timers
-      # (its shards and buffers) are not needed again.
-      self.close(keep_model=cell['model'])
-      n, n_ps = cell['num_workers'], cell['num_shards']
+      n_ps = cell['num_shards']
       timer = self._once(('host', cell['model'], n, n_ps),
                          lambda: self._measure.HostTimer(exp, n, n_ps))
-      now.update(timer.median_s(self._config.plan.repeats))
+    else:
+      g, algorithm = cell.get('devices_per_host', 1), cell.get('algorithm', 'ring')
+      timer = self._once(('host', cell['model'], n, g, algorithm),
+                         lambda: self._measure.AllReduceHostTimer(exp, n, g, algorithm))
+    now.update(timer.median_s(self._config.plan.repeats))
     return now
 
   def close(self, keep_model: str | None = None) -> None:
@@ -193,7 +203,7 @@ class Predictor:
     if engine == 'ps':
       return self.predict_ps(exp, cell, now)
     if engine == 'allreduce':
-      return self.predict_allreduce(exp, cell, now['compute_s'])
+      return self.predict_allreduce(exp, cell, now)
     raise ValueError(f'no prediction for engine {engine!r}')
 
   def predict_ps(self, exp, cell: dict, now: dict) -> dict:
@@ -206,12 +216,15 @@ class Predictor:
                          lambda: m.largest_shard_bytes(exp, n_ps))
     bandwidth = units.gbps_to_bytes_per_s(cell['bandwidth_gbps'])
     latency = exp.config.network.latency_ms / 1e3
-    direction = formulas.ps_direction_s(size, bandwidth, n, n_ps, latency, largest)
+    # A host's G workers push through its one NIC: G*S leave it per
+    # direction (the servers have NICs of their own).
+    host_bytes = cell.get('devices_per_host', 1) * size
+    direction = formulas.ps_direction_s(host_bytes, bandwidth, n, n_ps, latency, largest)
     # A message is one shard's pieces (the largest shard's, on the busiest
     # link); the link starts on it once its first chunk is copied.
     exposed = formulas.first_chunk_share(largest, m.link_chunk_bytes(cell['bandwidth_gbps']))
     emulated = formulas.ps_step_s(
-        compute, size, bandwidth, n, n_ps, latency_s=latency, update_s=update,
+        compute, host_bytes, bandwidth, n, n_ps, latency_s=latency, update_s=update,
         largest_shard_bytes=largest, host_push_s=now['push_s'],
         host_pull_s=now['pull_s'], exposed_share=exposed)
     step = emulated + now['device_copies_s'] + now['bookkeeping_s']
@@ -231,12 +244,46 @@ class Predictor:
             'allreduce_step_s_predicted': formulas.spmd_step_s(
                 compute, size, bandwidth, n, latency_s=latency)}
 
-  def predict_allreduce(self, exp, cell: dict, compute: float) -> dict:
-    """The all-reduce engine's step: T_C, the ring over the paced links, the
-    workers' update. Its keys: those of predict_ps that apply, with
-    communication_s_planned the ring's link time."""
-    raise NotImplementedError('the study predicts engine=allreduce once '
-                              'Predictor.predict_allreduce is written')
+  def predict_allreduce(self, exp, cell: dict, now: dict) -> dict:
+    """The all-reduce engine's step: T_C, the workers' vectors off their
+    devices, the rings over the links, the sums back on, the update.
+
+    Each ring step's link time is the formulas' (emulated_allreduce_phases);
+    the host's work of the rings (copies, additions, the barriers between
+    steps), measured on unlimited links, goes on while the links carry the
+    bytes except for each message's first chunk (emulated_direction_s, as
+    for PS), spread evenly over the ring steps.
+    """
+    m, compute = self._measure, now['compute_s']
+    n, g = cell['num_workers'], cell.get('devices_per_host', 1)
+    size = self._once(('bytes', cell['model']), lambda: m.model_bytes(exp))
+    network = exp.config.network
+    phases = formulas.emulated_allreduce_phases(
+        size, n, g, cell.get('algorithm', 'ring'),
+        nic_bandwidth=units.gbps_to_bytes_per_s(cell['bandwidth_gbps']),
+        nic_latency_s=network.latency_ms / 1e3,
+        intra_bandwidth=units.gbps_to_bytes_per_s(network.intra_host_gbps),
+        intra_latency_s=network.intra_host_latency_ms / 1e3)
+    steps = sum(count for count, _, _ in phases)
+    host_per_step = now['ring_s'] / steps if steps else 0.0
+    link = sum(count * link_s for count, _, link_s in phases)
+    rings = sum(count * formulas.emulated_direction_s(
+        link_s, host_per_step, formulas.first_chunk_share(
+            message, m.link_chunk_bytes(cell['bandwidth_gbps'])))
+                for count, message, link_s in phases)
+    step = compute + now['device_copies_s'] + rings + now['update_s'] + now['bookkeeping_s']
+    return {'predicted_step_s': step,
+            'compute_s_planned': compute,
+            'model_bytes': size, 'update_s_planned': now['update_s'],
+            'communication_s_planned': link,
+            'host_copies_s_planned': now['device_copies_s'],
+            'host_ring_s_planned': now['ring_s'],
+            'bookkeeping_s_planned': now['bookkeeping_s'],
+            'overhead_s_planned': step - (compute + link + now['update_s'] +
+                                          now['device_copies_s']),
+            'allreduce_step_s_predicted': formulas.spmd_step_s(
+                compute, size, units.gbps_to_bytes_per_s(cell['bandwidth_gbps']), n,
+                latency_s=network.latency_ms / 1e3)}
 
 
 def load_results(workdir: str) -> dict:
