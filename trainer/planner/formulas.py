@@ -133,3 +133,45 @@ def choose_batch_size(throughput: dict, tolerance: float = 0.05) -> int:
     raise ValueError('no batch size fits: the sweep measured nothing')
   best = max(throughput.values())
   return min(b for b, value in throughput.items() if value >= (1 - tolerance) * best)
+
+
+def emulated_allreduce_phases(model_bytes: float, num_workers: int,
+                              devices_per_host: int, algorithm: str, *,
+                              nic_bandwidth: float, nic_latency_s: float = 0.0,
+                              intra_bandwidth: float = math.inf,
+                              intra_latency_s: float = 0.0) -> list[tuple[int, float, float]]:
+  """The ring steps of the all-reduce engine over emulated hosts
+  (trainer/engines/allreduce/ring.py), as (steps, bytes each member sends
+  per step, link seconds per step).
+
+  ring: 2(N-1) steps of S/N; a step ends when its slowest edge has carried
+  S/N: an edge between hosts crosses two NICs, which carry one stream each
+  way, and an edge inside a host crosses two ports.
+  hierarchical: G-1 steps of S/G over the ports, 2(H-1) steps in which the
+  G rings across hosts each send S/(G*H), all through the host's NIC
+  (S/H per NIC per step), then G-1 steps of S/G over the ports.
+  """
+  n, g = num_workers, devices_per_host
+  h = n // g
+  if n <= 1:
+    return []
+  if algorithm == 'ring':
+    message = model_bytes / n
+    edges = []
+    if h > 1:
+      edges.append(message / nic_bandwidth + nic_latency_s)
+    if g > 1:
+      edges.append(message / intra_bandwidth + intra_latency_s)
+    return [(2 * (n - 1), message, max(edges))]
+  if algorithm != 'hierarchical':
+    raise ValueError(f'unknown all-reduce algorithm {algorithm!r}')
+  phases = []
+  inside = (g - 1, model_bytes / g, model_bytes / g / intra_bandwidth + intra_latency_s)
+  if g > 1:
+    phases.append(inside)
+  if h > 1:
+    message = model_bytes / (g * h)
+    phases.append((2 * (h - 1), message, g * message / nic_bandwidth + nic_latency_s))
+  if g > 1:
+    phases.append(inside)
+  return phases
