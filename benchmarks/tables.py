@@ -221,7 +221,22 @@ def make_imagenet_like(records) -> list[Table]:
   return [(header, rows)]
 
 
+def published_clusters(records) -> list[Table]:
+  """The planner's predicted scaling efficiency beside the published one."""
+  header = ['case', 'model', 'hosts x devices, NIC', 'strategy', 'predicted step s',
+            'predicted efficiency', 'published efficiency', 'points', 'estimated inputs',
+            'why it misses']
+  rows = [[r['case'], r['model'],
+           f"{r['num_hosts']} x {r['devices_per_host']}, {r['nic_gbps']:g} Gbit/s",
+           r['strategy'] + (' (overlap)' if r['overlap'] else '') +
+           (f", N_ps {r['num_shards']}" if r.get('num_shards') else ''),
+           _f(r['predicted_step_s'], '.3f'), _percent(r['predicted_efficiency']),
+           _percent(r['published_efficiency']), _f(r['difference_points'], '+.1f'),
+           ', '.join(r['estimated_inputs']) or '-', r['why'] or '-'] for r in records]
+  return [(header, rows)]
+
+
 TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
     step_parts, memory_table, multiprocess, restore_memory, quickstart, study,
-    input_pipeline, make_imagenet_like, link_pacing)}
+    input_pipeline, make_imagenet_like, link_pacing, published_clusters)}

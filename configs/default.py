@@ -107,7 +107,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.intra_host_latency_ms = 0.0  # one-way latency inside a host, ms
   config.plan.ps_placement = 'dedicated'  # where PS shards live: dedicated (server hosts of their own), colocated (on the worker hosts, sharing their NICs)
   config.plan.allreduce_algorithms = 'ring,hierarchical'  # all-reduce algorithms compared with PS: ring (one ring through every device), hierarchical (inside each host, then rings across hosts)
-  config.plan.overlap = False  # the cluster's framework overlaps communication with backprop (Horovod, PyTorch DDP do); False: compute, then communication
+  config.plan.overlap = False  # the cluster's framework overlaps communication with backprop, the last 2/3 of T_C (Horovod, PyTorch DDP do); False: compute, then communication
   config.plan.compute_s = 0.0  # a stated T_C at per-device batch plan.compute_s_batch, other batches in proportion; 0: from the device peak, else measured here
   config.plan.compute_s_batch = 0  # the per-device batch plan.compute_s is for; 0: the smallest of plan.per_worker_batch_sizes
   config.plan.device_tflops = 0.0  # the cluster's device peak, TFLOP/s in the model's dtype; 0: the devices at hand

@@ -13,12 +13,13 @@ TINY = ['--config=configs/quickstart.py', '--config.model.width=4',
 
 def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   workdir = tmp_path / 'plan'
-  # A hypothetical cluster of 16 devices on 10 Gbit/s, given by their peak:
-  # T_C is the chosen batch's FLOPs (XLA's count here) at that peak and
-  # utilisation; the sweep is measured here.
+  # A hypothetical cluster of 4 hosts of 4 devices on 10 Gbit/s NICs, given
+  # by the devices' peak: T_C at each batch is its FLOPs (XLA's count for
+  # the program compiled here) at that peak and utilisation.
   result = run_main(f'--workdir={workdir}', '--mode=plan', *TINY,
                     '--config.network.num_workers=2', '--config.plan.per_worker_batch_sizes=2,4',
-                    '--config.plan.num_workers=16', '--config.plan.link_bandwidth_gbps=10',
+                    '--config.plan.num_workers=16', '--config.plan.devices_per_host=4',
+                    '--config.plan.link_bandwidth_gbps=10', '--config.plan.intra_host_gbps=100',
                     '--config.plan.device_tflops=100',
                     '--config.plan.device_utilization=0.5')
   assert result.returncode == 0, result.stderr[-3000:]
@@ -26,11 +27,20 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   assert plan['recommended']['per_worker_batch'] in (2, 4)
   assert 1 <= plan['recommended']['num_shards'] <= 16  # never more shards than workers
   # A tiny model on a 100 TFLOP/s device computes in microseconds: its
-  # bytes outlast that on 10 Gbit/s, and the plan says so.
-  assert plan['recommended']['link_bound'] is True
-  assert plan['recommended']['max_workers_that_scale'] == 0
-  assert plan['recommended']['bandwidth_to_hide_gbps'] > 10
-  assert 'the link, not the number of shards, limits this job' in result.stdout
+  # bytes outlast that on 10 Gbit/s at every batch tried, and the plan
+  # says so: grow the batch, by about how much, and what limits it.
+  rec = plan['recommended']
+  assert rec['link_bound'] is True and rec['bandwidth_to_hide_gbps'] > 10
+  assert rec['per_worker_batch'] == 4  # the larger batch amortises the communication
+  assert rec['no_batch_scales'] is True and rec['batch_to_scale'] > 4
+  assert rec['strategy'] in ('ring', 'hierarchical', 'ps')
+  assert rec['max_hosts_that_scale'] in (0, 1)
+  assert 'the link, not the number of shards, limits PS here' in result.stdout
+  for answer in ('per-device batch: 4', 'use: ', 'no per-device batch tried'):
+    assert answer in result.stdout
+  assert plan['answers'] and all(line in result.stdout for line in plan['answers'])
+  assert plan['cluster']['num_hosts'] == 4 and plan['cluster']['devices_per_host'] == 4
+  assert {'ring', 'hierarchical', 'ps'} <= set(plan['predicted_by_hosts'][0])
   sweep = plan['compute_sweep']
   assert [p['per_worker_batch'] for p in sweep] == [2, 4]
   assert all(p['compute_s'] > 0 and p['flops'] > 0 for p in sweep)
@@ -41,7 +51,7 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   assert plan['cluster']['compute_s'] == pytest.approx(chosen['flops'] / (100e12 * 0.5))
   assert 'TFLOP/s' in plan['cluster']['compute_s_source']
   assert (workdir / 'plan.png').exists()
-  assert 'PS shards for 16 workers' in result.stdout
+  assert 'PS shards for 16 devices (4 hosts of 4 devices)' in result.stdout
 
 
 def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
@@ -84,10 +94,13 @@ def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
     (['--mode=study', '--config.study.engines=ps,spmd'], 'study.engines'),
     (['--mode=plan', '--config.plan.link_bandwidth_gbps=-1'], 'plan.link_bandwidth_gbps'),
     (['--mode=plan', '--config.plan.device_utilization=1.5'], 'plan.device_utilization'),
+    (['--mode=plan', '--config.plan.num_workers=16', '--config.plan.devices_per_host=3'],
+     'plan.devices_per_host'),
+    (['--mode=plan', '--config.plan.ps_placement=nearby'], 'plan.ps_placement'),
     (['--mode=plan', '--config.runtime.device_memory_gib=0.000001',
       '--config.plan.per_worker_batch_sizes=2'], 'fits'),
 ], ids=['empty grid', 'study bandwidth', 'study engine', 'plan bandwidth', 'utilization',
-        'nothing fits'])
+        'hosts', 'placement', 'nothing fits'])
 def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment):
   result = run_main(f'--workdir={tmp_path / "w"}', *TINY, *args)
   assert result.returncode == 2, result.stderr[-3000:]

@@ -1,12 +1,20 @@
 """--mode=plan: measure here, then recommend and predict for a cluster.
 
-On the devices at hand, for the configured model: T_C(b) for a sweep of
-per-worker mini-batches (up to what fits), the model's bytes S, the
-host<->device copy speed and the shards' update time. Then, for the cluster
-in `plan.*` (workers, link bandwidth and latency, and a stated T_C or a
-device peak if given): the mini-batch, the number of PS shards, the most workers that
-still scale, and step times for SPMD ring all-reduce and for PS, each with
-and without overlap. Writes plan.json and PNG plots; prints a table.
+The cluster (`plan.*`): plan.num_workers devices, plan.devices_per_host to
+a host, the hosts' NIC (plan.link_bandwidth_gbps, plan.link_latency_ms),
+the link inside a host (plan.intra_host_gbps, plan.intra_host_latency_ms),
+where PS shards live (plan.ps_placement) and the all-reduce algorithms to
+compare. Its compute time T_C(b) at each per-device batch b is measured
+here, or comes from the devices' peak (XLA's FLOPs of the batch's program,
+compiled here, at plan.device_tflops x plan.device_utilization), or from a
+stated T_C (plan.compute_s at plan.compute_s_batch, in proportion to the
+batch). Measured here as well: the model's bytes S, the host copies and
+the servers' update time.
+
+The answers (trainer/planner/recommend.py): the per-device batch, from the
+predicted throughput of the whole step on that cluster; all-reduce (which)
+or PS (how many shards); the most hosts that still scale above 80% and what
+limits them. Writes plan.json and plan.png; prints the answers and a table.
 
 The cluster's predictions leave out this host's copies between emulated
 devices and host memory (measured and reported as host_copies; the study
@@ -21,12 +29,16 @@ from absl import logging
 import jax
 
 from configs.errors import UsageError
-from trainer import validation
-from trainer.validation import parse_list
 from trainer import experiment
+from trainer import memory
+from trainer import mfu
+from trainer import units
+from trainer import validation
 from trainer import workdir_lock
-from trainer.planner import formulas
+from trainer.planner import cluster_model as cm
 from trainer.planner import measure
+from trainer.planner import recommend
+from trainer.validation import parse_list
 
 PLAN_FILE = 'plan.json'
 
@@ -42,6 +54,63 @@ def run_plan(config, workdir: str) -> dict:
     return _measure_and_plan(config, workdir)
 
 
+def describe_cluster(plan, num_workers: int) -> cm.Cluster:
+  """The cluster of plan.*, num_workers devices in all."""
+  g = plan.devices_per_host
+  if num_workers % g:
+    raise UsageError(f'plan.devices_per_host={g} does not divide the cluster\'s '
+                     f'{num_workers} devices (plan.num_workers, or the local workers)')
+  return cm.Cluster(num_hosts=num_workers // g, devices_per_host=g,
+                    nic_bandwidth=units.gbps_to_bytes_per_s(plan.link_bandwidth_gbps),
+                    nic_latency_s=plan.link_latency_ms / 1e3,
+                    intra_bandwidth=units.gbps_to_bytes_per_s(plan.intra_host_gbps),
+                    intra_latency_s=plan.intra_host_latency_ms / 1e3)
+
+
+def compile_sweep(exp, num_workers: int, per_worker_batches, capacity_bytes):
+  """XLA's FLOPs and peak memory of one worker's step at each batch that
+  fits, in increasing order, compiled here and not run (the cluster's T_C
+  comes from its own devices)."""
+  points, vector = [], None
+  for b in sorted(per_worker_batches):
+    timer = measure.ComputeTimer(exp, num_workers, b, vector)
+    vector = timer.vector
+    peak = memory.report(timer.program, exp.abstract_state).peak
+    if capacity_bytes is not None and peak > capacity_bytes:
+      logging.info('Plan: per-device batch %d needs %.2f GiB, more than the %.2f GiB '
+                   'there: larger ones are not tried', b, peak / 2**30, capacity_bytes / 2**30)
+      break
+    points.append({'per_worker_batch': b, 'flops': mfu.xla_flops(timer.program),
+                   'peak_bytes': peak})
+    logging.info('Plan: per-device batch %d compiled: %.2f GFLOP, %.2f GiB', b,
+                 points[-1]['flops'] / 1e9, peak / 2**30)
+  return points
+
+
+def _cluster_compute(plan, exp, local_workers, batches, capacity, model_name) -> tuple:
+  """([{per_worker_batch, compute_s (the cluster's T_C), flops, peak_bytes,
+  ...}], how T_C was found)."""
+  if not (plan.compute_s or plan.device_tflops):
+    points = [vars(p) for p in measure.compute_sweep(exp, local_workers, batches,
+                                                     plan.repeats, capacity)]
+    for p in points:
+      p['images_per_sec_here'] = p.pop('images_per_sec')
+    return points, f'measured here on {local_workers} worker(s)'
+  points = compile_sweep(exp, local_workers, batches, capacity)
+  if plan.compute_s:
+    anchor = plan.compute_s_batch or min(batches)
+    for p in points:
+      p['compute_s'] = plan.compute_s * p['per_worker_batch'] / anchor
+    return points, f'stated: {plan.compute_s:g} s at batch {anchor}, in proportion'
+  if any(p['flops'] <= 0 for p in points):
+    raise UsageError(f'plan.device_tflops: XLA reports no FLOPs for {model_name} here; '
+                     'state plan.compute_s instead')
+  for p in points:
+    p['compute_s'] = p['flops'] / (plan.device_tflops * 1e12 * plan.device_utilization)
+  return points, (f'XLA\'s FLOPs at {plan.device_tflops:g} TFLOP/s x '
+                  f'{plan.device_utilization:g}')
+
+
 def _measure_and_plan(config, workdir: str) -> dict:
   plan = config.plan  # values checked by trainer/validation.py
   batches = parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)
@@ -49,92 +118,78 @@ def _measure_and_plan(config, workdir: str) -> dict:
   if local_workers > jax.device_count():
     raise UsageError(f'network.num_workers={local_workers}: the sweep runs that many '
                      f'workers here, but {jax.device_count()} devices are present')
-  cluster_workers = plan.num_workers or local_workers
+  cluster = describe_cluster(plan, plan.num_workers or local_workers)
+  algorithms = [a.strip() for a in plan.allreduce_algorithms.split(',') if a.strip()]
+  strategies = algorithms + ['ps']
   # Speed is measured on synthetic data: no input pipeline in the way.
   config = config.copy_and_resolve_references()
   config.data.source = 'synthetic'
   config.data.num_synthetic_examples = max(batches) * local_workers
   exp = experiment.build_experiment(config, workdir)
+  capacity = (int(plan.device_memory_gib * memory.GIB) if plan.device_memory_gib
+              else measure.capacity(exp))
 
   # --- Measure, here.
-  points = measure.compute_sweep(exp, local_workers, batches, plan.repeats,
-                                 measure.capacity(exp))
+  points, compute_source = _cluster_compute(plan, exp, local_workers, batches, capacity,
+                                            config.model.name)
   if not points:
     raise UsageError(f'plan.per_worker_batch_sizes={plan.per_worker_batch_sizes!r}: not even the '
                      f'smallest mini-batch fits the device memory')
-  throughput = {p.per_worker_batch: p.images_per_sec for p in points}
-  batch = formulas.choose_batch_size(throughput)
-  chosen = next(p for p in points if p.per_worker_batch == batch)
   size = measure.model_bytes(exp)
   logging.info('Plan: measuring the host copies and the shards\' update time')
   host_copies = measure.host_copies_s(exp, plan.repeats)
-  if plan.compute_s:
-    compute, compute_source = plan.compute_s, 'stated'
-  elif plan.device_tflops:
-    if chosen.flops <= 0:
-      raise UsageError(f'plan.device_tflops: XLA reports no FLOPs for '
-                       f'{config.model.name} here; state plan.compute_s instead')
-    compute = formulas.compute_from_peak_s(chosen.flops, plan.device_tflops * 1e12,
-                                           plan.device_utilization)
-    compute_source = (f'{chosen.flops / 1e9:.2f} GFLOP at {plan.device_tflops:g} '
-                      f'TFLOP/s x {plan.device_utilization:g}')
-  else:
-    compute, compute_source = chosen.compute_s, 'measured'
-  update = measure.update_s(exp, min(local_workers, cluster_workers), 1, plan.repeats)
+  update = measure.update_s(exp, min(local_workers, cluster.num_workers), 1, plan.repeats)
 
   # --- Recommend and predict, for the cluster.
-  bandwidth = measure.gbps_to_bytes_per_s(plan.link_bandwidth_gbps)
-  latency = plan.link_latency_ms / 1e3
-  shards = formulas.min_ps_shards(size, bandwidth, cluster_workers, compute)
-  link_limited = formulas.link_bound(size, bandwidth, compute)
-  configured_shards = config.ps.num_shards
-  max_workers = formulas.max_scaling_workers(size, bandwidth, configured_shards, compute)
+  kw = dict(placement=plan.ps_placement, update_s=update, overlap=plan.overlap)
+  rec = recommend.recommend({p['per_worker_batch']: p['compute_s'] for p in points}, size,
+                            cluster, strategies=strategies, **kw)
+  batch = rec['per_device_batch']
+  compute = next(p['compute_s'] for p in points if p['per_worker_batch'] == batch)
+  largest = max(p['per_worker_batch'] for p in points)
+  answers = recommend.words(
+      rec, cluster, placement=plan.ps_placement, largest_batch=largest,
+      stopped_by_memory=len(points) < len(batches),
+      memory_gib=capacity / memory.GIB if capacity else None,
+      nic_gbps=plan.link_bandwidth_gbps)
 
-  def predictions(n_w: int, n_ps: int) -> dict:
-    kw = dict(latency_s=latency, update_s=update / max(1, n_ps))
-    return {
-        'num_workers': n_w, 'num_shards': n_ps,
-        'ps_step_s': formulas.ps_step_s(compute, size, bandwidth, n_w, n_ps, **kw),
-        'ps_overlap_step_s': formulas.ps_step_s(compute, size, bandwidth, n_w, n_ps,
-                                                overlap=True, **kw),
-        'allreduce_step_s': formulas.spmd_step_s(compute, size, bandwidth, n_w,
-                                                 latency_s=latency),
-        'allreduce_overlap_step_s': formulas.spmd_step_s(
-            compute, size, bandwidth, n_w, latency_s=latency, overlap=True),
-    }
-  by_shards = [predictions(cluster_workers, n)
-               for n in _powers_of_two_to(max(2 * shards, 2 * cluster_workers))]
-  by_workers = [predictions(n, configured_shards)
-                for n in _powers_of_two_to(max(2 * cluster_workers, 2))]
-  for rows in (by_shards, by_workers):
-    for r in rows:
-      r['ps_images_per_sec'] = r['num_workers'] * batch / r['ps_step_s']
-      r['allreduce_images_per_sec'] = r['num_workers'] * batch / r['allreduce_step_s']
+  def at(c: cm.Cluster, strategy: str, shards: int | None = None) -> dict:
+    e = recommend.evaluate(strategy, compute, size, c, num_shards=shards, **kw)
+    e['images_per_sec'] = c.num_workers * batch / e['step_s']
+    return {k: v for k, v in e.items() if k != 'parts'}
+  hosts = sorted(set(_powers_of_two_to(max(2 * cluster.num_hosts,
+                                           2 * (rec['max_hosts_that_scale'] or 1), 2)))
+                 | {cluster.num_hosts})
+  by_hosts = [{'num_hosts': h, 'num_workers': h * cluster.devices_per_host,
+               **{s: at(cluster.with_hosts(h), s, rec['num_shards'] if s == 'ps' else None)
+                  for s in strategies}} for h in hosts]
+  by_shards = [at(cluster, 'ps', n) for n in
+               _powers_of_two_to(max(2 * rec['num_shards'], 2 * cluster.num_hosts))]
 
   result = {
       'model': config.model.name, 'image_size': config.data.image_size,
       'measured_on': {'devices': jax.device_count(), 'platform': jax.devices()[0].platform,
                       'workers': local_workers},
       'model_bytes': size,
-      'compute_sweep': [vars(p) for p in points],
+      'compute_sweep': points,
       'host_copies': host_copies,
       'update_s': update,
-      'cluster': {'num_workers': cluster_workers, 'bandwidth_gbps': plan.link_bandwidth_gbps,
+      'cluster': {'num_workers': cluster.num_workers, 'num_hosts': cluster.num_hosts,
+                  'devices_per_host': cluster.devices_per_host,
+                  'bandwidth_gbps': plan.link_bandwidth_gbps,
                   'latency_ms': plan.link_latency_ms,
+                  'intra_host_gbps': plan.intra_host_gbps,
+                  'intra_host_latency_ms': plan.intra_host_latency_ms,
+                  'ps_placement': plan.ps_placement, 'overlap': plan.overlap,
+                  'strategies': strategies,
+                  'device_memory_gib': capacity / memory.GIB if capacity else None,
                   'compute_s': compute, 'compute_s_source': compute_source},
-      'recommended': {
-          'per_worker_batch': batch,
-          'global_batch': batch * cluster_workers,
-          'num_shards': shards,
-          'max_workers_that_scale': (None if math.isinf(max_workers) else max_workers),
-          'for_num_shards': configured_shards,
-          # One worker's traffic alone outlasts T_C: a faster link, not more
-          # shards, is what would let the job scale.
-          'link_bound': link_limited,
-          'bandwidth_to_hide_gbps': formulas.bandwidth_to_hide(size, compute) * 8 / 1e9,
-      },
+      'recommended': {**{k: v for k, v in rec.items() if k != 'by_batch'},
+                      'per_worker_batch': batch},
+      'answers': answers,
+      'predicted_by_batch': rec['by_batch'],
+      'predicted_by_hosts': by_hosts,
       'predicted_by_shards': by_shards,
-      'predicted_by_workers': by_workers,
   }
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, PLAN_FILE), 'w') as f:
@@ -146,49 +201,84 @@ def _measure_and_plan(config, workdir: str) -> dict:
 
 
 def _table(result: dict) -> str:
-  rec, cluster = result['recommended'], result['cluster']
+  cluster, strategies = result['cluster'], result['cluster']['strategies']
   lines = [
       f'{result["model"]} at {result["image_size"]} px: S = '
-      f'{result["model_bytes"] / 1e6:.1f} MB; T_C = {cluster["compute_s"] * 1e3:.1f} ms '
-      f'at {rec["per_worker_batch"]} per worker ({cluster["compute_s_source"]})',
-      f'mini-batch: {rec["per_worker_batch"]} per worker (global '
-      f'{rec["global_batch"]}), the smallest within 5% of the best throughput',
-      f'PS shards for {cluster["num_workers"]} workers on {cluster["bandwidth_gbps"]:g} '
-      f'Gbit/s: {rec["num_shards"]}',
-      f'most workers that still scale with {rec["for_num_shards"]} shards: '
-      f'{rec["max_workers_that_scale"]}',
-      *([f'the link, not the number of shards, limits this job: one worker\'s '
-         f'{result["model_bytes"] / 1e6:.1f} MB take longer than T_C on '
-         f'{cluster["bandwidth_gbps"]:g} Gbit/s; {rec["bandwidth_to_hide_gbps"]:.3g} Gbit/s '
-         'or more would let it scale'] if rec['link_bound'] else []),
-      '', f'{"N_w":>5} {"N_ps":>5} {"PS s":>9} {"PS+ovl s":>9} {"ring s":>9} {"ring+ovl s":>10}']
-  for r in result['predicted_by_shards'] + result['predicted_by_workers']:
-    lines.append(f'{r["num_workers"]:>5} {r["num_shards"]:>5} {r["ps_step_s"]:>9.4f} '
-                 f'{r["ps_overlap_step_s"]:>9.4f} {r["allreduce_step_s"]:>9.4f} '
-                 f'{r["allreduce_overlap_step_s"]:>10.4f}')
+      f'{result["model_bytes"] / 1e6:.1f} MB; T_C = {cluster["compute_s"] * 1e3:.4g} ms '
+      f'at {result["recommended"]["per_device_batch"]} per device ({cluster["compute_s_source"]})',
+      *result['answers'],
+      '', 'predicted at that batch, by number of hosts (images/s; efficiency):',
+      f'{"hosts":>6} {"devices":>8} ' + ' '.join(f'{s:>22}' for s in strategies)]
+  for row in result['predicted_by_hosts']:
+    lines.append(f'{row["num_hosts"]:>6} {row["num_workers"]:>8} ' + ' '.join(
+        f'{row[s]["images_per_sec"]:>14.4g} {100 * row[s]["efficiency"]:>6.1f}%'
+        for s in strategies))
   return '\n'.join(lines)
+
+
+def _plain(value: float, _=None) -> str:
+  return f'{value:,.0f}' if value >= 10 else f'{value:g}'
+
+
+def _readable_log_axis(axis, values=None) -> None:
+  """A log axis labelled in plain numbers (no 2x10^0): ticks at `values`,
+  else at the powers of ten (and 2 and 5 times them over a short range)."""
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  if values is None:
+    ax = axis.axes
+    low, high = ax.get_ylim() if axis is ax.yaxis else ax.get_xlim()  # autoscaled by now
+    short = high / max(low, 1e-300) < 1e3
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0) if short else (1.0,)))
+  else:
+    axis.set_ticks(sorted(set(values)))
+  axis.set_major_formatter(ticker.FuncFormatter(_plain))
+  axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def _plot(result: dict, workdir: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-  sweep = result['compute_sweep']
-  axes[0].plot([p['per_worker_batch'] for p in sweep],
-               [p['images_per_sec'] for p in sweep], marker='o')
-  axes[0].axvline(result['recommended']['per_worker_batch'], color='grey', ls='--')
-  axes[0].set(xscale='log', xlabel='per-worker batch', ylabel='images/s (measured)',
-              title='throughput vs mini-batch')
-  for ax, rows, x, title in ((axes[1], result['predicted_by_shards'], 'num_shards',
-                              'predicted step time vs PS shards'),
-                             (axes[2], result['predicted_by_workers'], 'num_workers',
-                              'predicted step time vs workers')):
-    for key, label in (('ps_step_s', 'PS'), ('ps_overlap_step_s', 'PS, overlap'),
-                       ('allreduce_step_s', 'ring all-reduce'),
-                       ('allreduce_overlap_step_s', 'ring all-reduce, overlap')):
-      ax.plot([r[x] for r in rows], [r[key] for r in rows], marker='o', label=label)
-    ax.set(xscale='log', xlabel=x.replace('_', ' '), ylabel='step time (s)', title=title)
+  cluster, rec = result['cluster'], result['recommended']
+  shape = (f'{cluster["num_hosts"]} hosts of {cluster["devices_per_host"]}, '
+           f'{cluster["bandwidth_gbps"]:g} Gbit/s NICs')
+  labels = {'ring': 'ring all-reduce', 'hierarchical': 'hierarchical all-reduce',
+            'ps': recommend.strategy_name('ps', rec['num_shards'], cluster['ps_placement'])}
+  fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+  batches = sorted(int(b) for b in result['predicted_by_batch'])
+  for i, strategy in enumerate(cluster['strategies']):
+    axes[0].plot(batches, [result['predicted_by_batch'][b][i]['images_per_sec']
+                           for b in batches], marker='o',
+                 label='PS' if strategy == 'ps' else labels[strategy])
+  axes[0].axvline(rec['per_device_batch'], color='grey', ls='--', label='chosen batch')
+  axes[0].set(xscale='log', yscale='log', xlabel='per-device batch',
+              ylabel='images/s, whole cluster (predicted)',
+              title=f'predicted throughput vs batch\n{shape}')
+  _readable_log_axis(axes[0].xaxis, batches)
+  _readable_log_axis(axes[0].yaxis)
+  hosts = [row['num_hosts'] for row in result['predicted_by_hosts']]
+  for strategy in cluster['strategies']:
+    axes[1].plot(hosts, [row[strategy]['images_per_sec'] for row in result['predicted_by_hosts']],
+                 marker='o', label=labels[strategy])
+  ideal = [row['num_workers'] * rec['per_device_batch'] / cluster['compute_s']
+           for row in result['predicted_by_hosts']]
+  axes[1].plot(hosts, ideal, color='black', ls=':', label='compute alone')
+  axes[1].plot(hosts, [recommend.THRESHOLD * v for v in ideal], color='grey', ls=':',
+               label=f'{recommend.THRESHOLD:.0%} of it')
+  axes[1].axvline(cluster['num_hosts'], color='grey', ls='--', label='this cluster')
+  axes[1].set(xscale='log', yscale='log', xlabel=f'hosts of {cluster["devices_per_host"]}',
+              ylabel='images/s (predicted)',
+              title=f'predicted throughput vs hosts, batch {rec["per_device_batch"]}')
+  _readable_log_axis(axes[1].xaxis, hosts)
+  _readable_log_axis(axes[1].yaxis)
+  shards = [row['num_shards'] for row in result['predicted_by_shards']]
+  axes[2].plot(shards, [row['step_s'] for row in result['predicted_by_shards']], marker='o',
+               label=f'PS ({cluster["ps_placement"]})')
+  axes[2].axvline(rec['num_shards'], color='grey', ls='--', label='recommended')
+  axes[2].set(xscale='log', xlabel='PS shards', ylabel='step time (s, predicted)',
+              title='predicted PS step time vs shards')
+  _readable_log_axis(axes[2].xaxis, shards)
+  for ax in axes:
     ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(os.path.join(workdir, 'plan.png'), dpi=100)
