@@ -110,9 +110,14 @@ def load(path: str, index: dict | None = None) -> tuple[str, list[Run]]:
       raise ValueError(f'{INDEX}: {path}: lines {numbers} overlap another run or pass '
                        f'the end of the file ({len(records)} lines)')
     covered |= set(numbers)
+    # `commit_measured`: the clean checkout a run measured, for a writer
+    # that records no provenance itself (main.py --mode=study).
+    measured = 'commit_measured' in run
     runs.append(Run(numbers, run.get('commands', []), run.get('command_not_recorded', ''),
-                    run['date'], run['commit_that_added_the_data'],
-                    'commit that added the data', run['hardware'], run.get('note', ''),
+                    run['date'], run['commit_measured' if measured else
+                                     'commit_that_added_the_data'],
+                    'commit' if measured else 'commit that added the data',
+                    run['hardware'], run.get('note', ''),
                     [records[n - 1] for n in numbers]))
   own = [(n, r) for n, r in enumerate(records, 1) if n not in covered]
   for number, record in own:

@@ -23,7 +23,7 @@ from trainer.planner import report
 BENCHMARKS = os.path.join(committed_results.REPO, 'benchmarks')
 # results file -> the PNGs drawn from it, relative to benchmarks/
 FIGURES = {
-    'benchmarks/engine_contrast/results_run3_quickstart.jsonl':
+    'benchmarks/engine_contrast/results_three_engines.jsonl':
         ['engine_contrast/images_per_sec.png'],
     'benchmarks/study/study.jsonl':
         ['study/study_step_time_vs_shards.png', 'study/study_throughput_vs_workers.png',
@@ -69,10 +69,12 @@ def draw_engine_contrast(records: list[dict], path: str) -> None:
   fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), squeeze=False)
   for ax, (model, bandwidth) in zip(axes[0], panels):
     here = [r for r in emulated if (r['model'], r['bandwidth_gbps']) == (model, bandwidth)]
-    for n_ps in sorted({r['num_shards'] for r in here if r['engine'] == 'ps'}):
+    shard_counts = sorted({r['num_shards'] for r in here if r['engine'] == 'ps'})
+    for k, n_ps in enumerate(shard_counts):
       cells = sorted((r['num_workers'], r['images_per_sec']) for r in here
                      if r['engine'] == 'ps' and r['num_shards'] == n_ps)
-      ax.plot(*zip(*cells), marker='o', label=f'PS, N_ps = {n_ps}')
+      ax.plot(*zip(*cells), marker='o', color=plt.cm.viridis(k / max(1, len(shard_counts))),
+              label=f'PS, N_ps = {n_ps}')
     ring = sorted((r['num_workers'], r['images_per_sec']) for r in here
                   if r['engine'] == 'allreduce')
     if ring:

@@ -108,7 +108,7 @@ def test_a_flat_ring_sums_every_vector_and_each_link_carries_2_n_minus_1_segment
 @pytest.mark.parametrize('algorithm,n,per_host', [
     ('ring', 8, 2), ('ring', 6, 3), ('hierarchical', 8, 2), ('hierarchical', 6, 3),
     ('hierarchical', 4, 4), ('hierarchical', 4, 1)])
-def test_hosts_share_a_nic_and_both_algorithms_send_what_a_ring_of_hosts_sends(
+def test_hosts_share_a_nic_through_which_each_algorithm_sends_its_share(
     algorithm, n, per_host):
   size = 6000
   vectors = _vectors(n, size)
@@ -118,9 +118,10 @@ def test_hosts_share_a_nic_and_both_algorithms_send_what_a_ring_of_hosts_sends(
   for v in vectors:
     np.testing.assert_array_equal(v, expected)
   hosts = n // per_host
-  # Each host's NIC sends about 2(H-1)/H of the vector (a flat ring: its
-  # last worker's sends to the next host; hierarchical: G rings across the
-  # hosts, each on 1/G of it); every other byte stays inside the host.
+  # Each host's NIC sends what its last worker sends to the next host under
+  # a flat ring, 2(N-1)/N of the vector, and under hierarchical 2(H-1)/H of
+  # it (G rings across the hosts, each on 1/G); every other byte stays
+  # inside the host.
   for nic in topo.nics:
     sent = nic.pop_counters()['tx_bytes'] / 4
     if algorithm == 'ring':
@@ -192,3 +193,17 @@ def test_an_all_reduce_run_from_the_command_line_logs_its_phases_and_resumes_und
                     '--config.num_train_steps=4')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Resuming from step 3' in result.stderr
+
+
+def test_workers_that_cannot_hold_their_state_are_refused_before_anything_runs():
+  # pylint: disable=g-import-not-at-top
+  from trainer import engines
+  from trainer import experiment
+  # pylint: enable=g-import-not-at-top
+  config = _config('allreduce', 'vit_ti16', **{'network.num_workers': 2,
+                                               'runtime.device_memory_gib': 1e-4})
+  with pytest.raises(UsageError) as error:
+    engines.create_engine(experiment.build_experiment(config, '/nonexistent'))
+  message = str(error.value)
+  assert "all-reduce workers' gradient program does not fit" in message
+  assert 'optimiser state' in message and '\n' not in message

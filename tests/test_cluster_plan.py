@@ -8,13 +8,14 @@ import pytest
 
 from configs import default
 from configs.errors import UsageError
+from trainer import units
 from trainer import validation
 from trainer.planner import cluster_model as cm
 from trainer.planner import formulas
 from trainer.planner import recommend
 
 MB = 1e6
-GBIT = 1e9 / 8  # bytes/s of 1 Gbit/s
+GBIT = units.gbps_to_bytes_per_s(1.0)
 
 
 def hosts(h, g, nic=1.0, intra=10.0, nic_latency=0.0, intra_latency=0.0):

@@ -4,10 +4,11 @@ import math
 
 import pytest
 
+from trainer import units
 from trainer.planner import formulas
 
 MB = 1e6
-GBIT = 1e9 / 8  # bytes/s of 1 Gbit/s
+GBIT = units.gbps_to_bytes_per_s(1.0)
 
 
 def test_ring_all_reduce_moves_two_n_minus_one_over_n_of_the_model():

@@ -117,6 +117,27 @@ def test_a_failing_engine_thread_ends_the_step_with_its_cause_and_close_leaves_n
   assert _new_threads(before) == []
 
 
+def test_a_failing_all_reduce_worker_ends_the_step_with_its_cause_and_leaves_no_thread(
+    monkeypatch, initial_state):
+  # The same model and state; 4 workers on a ring of paced links.
+  before = set(threading.enumerate())
+  engine = _started_engine(_config('allreduce', 'vit_ti16', **{
+      'network.num_workers': 4, 'network.bandwidth_gbps': 8.0}), initial_state)
+  # A step makes 24 transfers (6 ring steps of 4 workers): the 30th is in
+  # the middle of the second step's ring, while the others wait on it.
+  error = InjectedFault('link lost')
+  monkeypatch.setattr(link, 'transfer', _failing_on_call(link.transfer, 30, error))
+  with concurrent.futures.ThreadPoolExecutor(1) as runner:
+    steps = runner.submit(_train_steps, engine, 3)
+    with pytest.raises(threads.EngineThreadFailed) as failed:
+      steps.result(timeout=_HANG_S)
+  # The worker that failed, not one that found the ring broken.
+  assert failed.value.__cause__ is error
+  assert 'all-reduce worker' in str(failed.value)
+  engine.close()
+  assert _new_threads(before) == []
+
+
 def test_close_names_a_thread_it_cannot_stop_and_fails(monkeypatch, initial_state):
   before = set(threading.enumerate())
   engine = _started_engine(_ps_config('async'), initial_state)

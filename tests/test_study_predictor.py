@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 
 from configs import default
+from trainer import units
 from trainer import state as state_lib
 from trainer.planner import formulas
 from trainer.planner import report
 from trainer.planner import study
 
 MB = 1e6
-GBIT = 1e9 / 8  # bytes/s of 1 Gbit/s
+GBIT = units.gbps_to_bytes_per_s(1.0)
 
 
 class FakeMeasurements:

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from trainer import memory
+from trainer import mfu
 from trainer import optim
 from trainer import progress
 from trainer import state as state_lib
@@ -29,8 +30,7 @@ from trainer.engines.emulation import workers
 from trainer.engines.ps import cluster as cluster_lib
 from trainer.engines.ps import partition
 from trainer.engines.ps import state_split
-# The all-reduce engine's host work, beside HostTimer's for PS.
-from trainer.planner.allreduce_timer import AllReduceHostTimer  # pylint: disable=unused-import
+from trainer.planner import allreduce_timer
 
 
 @dataclasses.dataclass
@@ -120,21 +120,12 @@ def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
       break  # larger batches need more memory still
     t = timer.median_s(repeats)
     points.append(ComputePoint(b, t, num_workers * b / t, peak,
-                               worker_flops(timer.program)))
+                               mfu.xla_flops(timer.program)))
     logging.info('Plan sweep: %s: per-worker batch %d, T_C %.4f s, %.1f images/s',
                  progress.done_line('batch size', i + 1, len(batches),
                                     time.perf_counter() - started),
                  b, t, num_workers * b / t)
   return points
-
-
-def worker_flops(program) -> float:
-  """One worker's FLOPs of a step of the compiled workers' program (XLA's
-  cost analysis is per device: each worker is one)."""
-  cost = program.cost_analysis()
-  if isinstance(cost, (list, tuple)):  # older jax: one dict per program
-    cost = cost[0]
-  return float(cost.get('flops', 0.0))
 
 
 def host_copies_s(exp, repeats: int = 5) -> dict:
@@ -297,3 +288,7 @@ def capacity(exp) -> int | None:
 # plan.py's name for it.
 gbps_to_bytes_per_s = units.gbps_to_bytes_per_s
 
+
+# The all-reduce engine's host work, beside HostTimer's for PS (the study
+# takes both from this module).
+AllReduceHostTimer = allreduce_timer.AllReduceHostTimer

@@ -8,6 +8,7 @@ shards), the most hosts that still scale above the threshold and what
 limits them, and says it in words.
 """
 
+from trainer import units
 from trainer.planner import cluster_model as cm
 from trainer.planner import formulas
 
@@ -140,7 +141,7 @@ def recommend(compute_by_batch: dict, model_bytes: float, cluster: cm.Cluster, *
                                 ('strategy', 'efficiency', 'num_shards')},
       'ps_host_bytes': host_bytes,
       'link_bound': formulas.link_bound(host_bytes, cluster.nic_bandwidth, compute),
-      'bandwidth_to_hide_gbps': formulas.bandwidth_to_hide(host_bytes, compute) * 8 / 1e9,
+      'bandwidth_to_hide_gbps': units.bytes_per_s_to_gbps(formulas.bandwidth_to_hide(host_bytes, compute)),
       'by_batch': {b: [{k: v for k, v in e.items() if k != 'parts'} for e in options]
                    for b, options in by_batch.items()},
   }

@@ -15,8 +15,8 @@ workers are neighbours and only the edges between hosts cross NICs.
 `hierarchical`: a reduce-scatter inside each host, then G rings across the
 hosts, ring k joining the k-th workers of every host on the segment they
 hold (all G share their host's NIC), then an all-gather inside each host:
-the NICs carry the same bytes as in a flat ring, in 2(H-1) steps instead
-of 2(N-1).
+each host's NIC carries 2(H-1)/H of the vector, where a flat ring's
+carries 2(N-1)/N, and in 2(H-1) steps instead of 2(N-1).
 """
 
 import threading
