@@ -9,8 +9,8 @@ A step:
      the optax update to them (shard.py): SPMD data parallelism's update;
   4. pull: each worker receives the fresh pieces from every shard over the
      links and puts them on its device.
-With ps.overlap, each parameter's gradient leaves during backprop (2 runs
-inside 1).
+With ps.overlap, each parameter's gradient leaves during backprop: step 2
+runs inside step 1.
 
 Every time recorded here is measured wall clock; nothing is computed from a
 formula, so the planner's predictions can be checked against it.
