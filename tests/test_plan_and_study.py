@@ -54,7 +54,7 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   assert 'PS shards for 16 devices (4 hosts of 4 devices)' in result.stdout
 
 
-def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
+def test_a_study_resumes_without_redoing_cells_and_runs_both_engines(tmp_path):
   workdir = tmp_path / 'study'
   # batch_size=100 divides neither the 8 devices nor the 2 workers: the
   # study sets each cell's batch itself, so the run's own must not block it.
@@ -69,18 +69,24 @@ def test_a_study_of_two_cells_runs_and_resumes_without_redoing_them(tmp_path):
   first = (workdir / 'study.jsonl').read_text().splitlines()
   assert len(first) == 1
 
-  # A larger grid in the same work dir: the finished cell is kept as it was.
+  # A larger grid in the same work dir, all-reduce too: the finished cell
+  # is kept as it was.
   result = run_main(f'--workdir={workdir}', '--mode=study', *grid,
-                    '--config.study.num_shards=1,2')
+                    '--config.study.num_shards=1,2', '--config.study.engines=ps,allreduce')
   assert result.returncode == 0, result.stderr[-3000:]
   rows = (workdir / 'study.jsonl').read_text().splitlines()
-  assert len(rows) == 2 and rows[0] == first[0]
-  assert '1 done before, 1 to run' in result.stderr
+  assert len(rows) == 3 and rows[0] == first[0]
+  assert '1 done before, 2 to run' in result.stderr
   summary = json.loads(result.stdout.strip().splitlines()[-1])
-  assert summary['cells'] == 2 and summary['mape_percent'] >= 0
-  assert summary['link_bound_cells'] + summary['compute_bound_cells'] == 2
-  assert all(json.loads(r)['cell']['engine'] == 'ps' and
-             json.loads(r)['overhead_s_planned'] > 0 for r in rows)
+  assert summary['cells'] == 3 and summary['mape_percent'] >= 0
+  assert summary['link_bound_cells'] + summary['compute_bound_cells'] == 3
+  rows = [json.loads(r) for r in rows]
+  assert [r['cell']['engine'] for r in rows] == ['ps', 'ps', 'allreduce']
+  assert all(r['overhead_s_planned'] > 0 for r in rows[:2])
+  # The all-reduce cell: its ring measured and predicted from the planner's
+  # own host timings.
+  assert rows[2]['allreduce_s'] > 0 and rows[2]['host_ring_s_planned'] > 0
+  assert rows[2]['communication_s_planned'] > 0
   study_md = (workdir / 'study.md').read_text()
   assert 'mean absolute percentage error' in study_md and '## Findings' in study_md
   for png in ('study_step_time_vs_shards.png', 'study_throughput_vs_workers.png',
