@@ -85,18 +85,13 @@ def test_hierarchical_all_reduce_crosses_the_nics_in_2_h_minus_1_steps():
       2 * 0.0401 + 6 * 0.201)
 
 
-@pytest.mark.skipif(not hasattr(formulas, 'emulated_allreduce_phases'),
-                    reason='the emulation\'s ring phases are not in formulas.py')
 @pytest.mark.parametrize('algorithm', ['ring', 'hierarchical'])
 @pytest.mark.parametrize('h,g', [(1, 4), (4, 1), (4, 2), (3, 4), (8, 8)])
 def test_all_reduce_agrees_with_the_emulated_rings_link_time(algorithm, h, g):
   c = hosts(h, g, nic=2, intra=20, nic_latency=1e-4, intra_latency=1e-5)
-  phases = formulas.emulated_allreduce_phases(
-      50 * MB, h * g, g, algorithm, nic_bandwidth=c.nic_bandwidth,
-      nic_latency_s=c.nic_latency_s, intra_bandwidth=c.intra_bandwidth,
-      intra_latency_s=c.intra_latency_s)
+  phases = cm.allreduce_phases(50 * MB, c, algorithm)
   assert cm.allreduce_s(50 * MB, c, algorithm) == pytest.approx(
-      sum(count * seconds for count, _, seconds in phases))
+      sum(count * seconds for count, _, seconds, _ in phases))
 
 
 # --- PS over hosts. ----------------------------------------------------------

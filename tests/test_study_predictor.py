@@ -6,6 +6,7 @@ measurements are fakes with known numbers, so every figure is exact.
 """
 
 import json
+import math
 import types
 
 import jax
@@ -15,6 +16,7 @@ import pytest
 from configs import default
 from trainer import units
 from trainer import state as state_lib
+from trainer.planner import cluster_model
 from trainer.planner import formulas
 from trainer.planner import report
 from trainer.planner import study
@@ -176,14 +178,15 @@ def test_the_all_reduce_prediction_adds_the_ring_to_the_host_work():
     ('hierarchical', 1, [(6, 0.25 * MB, 0.002)]),  # hosts of one: a flat ring of hosts
 ])
 def test_the_ring_steps_over_emulated_hosts(algorithm, per_host, expected):
-  phases = formulas.emulated_allreduce_phases(
-      1 * MB, 4, per_host, algorithm, nic_bandwidth=GBIT)
-  assert [(c, pytest.approx(m), pytest.approx(t)) for c, m, t in phases] == expected
+  hosts = lambda g, intra=math.inf: cluster_model.Cluster(
+      num_hosts=4 // g, devices_per_host=g, nic_bandwidth=GBIT, intra_bandwidth=intra)
+  phases = cluster_model.allreduce_phases(1 * MB, hosts(per_host), algorithm)
+  assert [(c, pytest.approx(m), pytest.approx(t)) for c, m, t, _ in phases] == expected
   # A slow fabric inside the host sets the pace of the steps that cross it.
-  [(_, _, inside)] = formulas.emulated_allreduce_phases(
-      1 * MB, 4, 2, 'ring', nic_bandwidth=GBIT, intra_bandwidth=GBIT / 4)
+  [(_, _, inside, _)] = cluster_model.allreduce_phases(1 * MB, hosts(2, GBIT / 4), 'ring')
   assert inside == pytest.approx(0.008)
-  assert formulas.emulated_allreduce_phases(1 * MB, 1, 1, 'ring', nic_bandwidth=GBIT) == []
+  one = cluster_model.Cluster(num_hosts=1, devices_per_host=1, nic_bandwidth=GBIT)
+  assert cluster_model.allreduce_phases(1 * MB, one, 'ring') == []
 
 
 class FakeEngine:
@@ -324,7 +327,6 @@ def test_rows_from_before_the_engines_key_still_report():
 
 
 def test_a_direction_shows_the_part_of_the_host_copying_before_the_link_starts():
-  from trainer.planner import formulas  # pylint: disable=g-import-not-at-top
   # 1 MB messages in 0.25 MB chunks: a quarter of the host's 8 ms comes
   # before the link's 16 ms; a message of one chunk waits for all of it.
   share = formulas.first_chunk_share(1 * MB, 0.25 * MB)

@@ -13,8 +13,10 @@ trainer/engines/ps/cluster.py), so the study can check them against it.
 Co-located servers are a model of their own (ps_direction_s).
 """
 
+import collections
 import dataclasses
 import math
+import typing
 
 from trainer.planner import formulas
 
@@ -59,46 +61,79 @@ def _over(nbytes: float, bandwidth: float) -> float:
   return nbytes / bandwidth if nbytes > 0 else 0.0
 
 
-def ring_allreduce_parts(model_bytes: float, c: Cluster) -> dict:
-  """One ring through all N workers, in worker order: {resource: seconds}.
+class Phase(typing.NamedTuple):
+  """Ring steps alike: how many, the bytes each member sends in one, the
+  seconds one takes, and the resource that sets them."""
+  steps: int
+  message_bytes: float
+  step_s: float
+  resource: str
 
-  Each of the 2(N-1) steps every worker sends S/N to the next. Only the H
-  edges between hosts cross NICs, one stream each way per NIC; the others
-  cross two ports. A step ends with its slowest edge, so the whole time
-  goes to whichever of the two is slower:
-  2(N-1) * max(S/(N*B_nic) + lat_nic, S/(N*B_intra) + lat_intra).
+
+def allreduce_phases(model_bytes: float, c: Cluster, algorithm: str) -> list[Phase]:
+  """The ring steps of an all-reduce over the cluster's hosts, as the
+  all-reduce engine runs them (trainer/engines/allreduce/ring.py).
+
+  ring: one ring through all N workers, in worker order: 2(N-1) steps in
+  which every worker sends S/N to the next. Only the H edges between hosts
+  cross NICs, one stream each way per NIC; the others cross two ports; a
+  step ends with its slowest edge.
+  hierarchical: a reduce-scatter inside each host (G-1 steps of S/G over
+  the ports), then G rings across the hosts, each sending S/(G*H) per step,
+  all through the host's NIC, which carries S/H per step each way (2(H-1)
+  steps), then an all-gather inside each host (G-1 steps of S/G).
   """
-  n = c.num_workers
+  n, g, h = c.num_workers, c.devices_per_host, c.num_hosts
   if n <= 1:
-    return {}
-  if c.devices_per_host == 1:  # the flat ring of formulas.py, to the bit
-    return {'nic': formulas.ring_allreduce_s(model_bytes, c.nic_bandwidth, n,
-                                             c.nic_latency_s)}
-  edges = {'intra_host': _over(model_bytes / n, c.intra_bandwidth) + c.intra_latency_s}
-  if c.num_hosts > 1:
-    edges['nic'] = _over(model_bytes / n, c.nic_bandwidth) + c.nic_latency_s
-  slowest = max(edges, key=edges.get)
-  return {slowest: 2 * (n - 1) * edges[slowest]}
+    return []
+  if algorithm == 'ring':
+    message = model_bytes / n
+    edges = {}
+    if g > 1:
+      edges['intra_host'] = _over(message, c.intra_bandwidth) + c.intra_latency_s
+    if h > 1:
+      edges['nic'] = _over(message, c.nic_bandwidth) + c.nic_latency_s
+    slowest = max(edges, key=edges.get)
+    return [Phase(2 * (n - 1), message, edges[slowest], slowest)]
+  if algorithm != 'hierarchical':
+    raise ValueError(f'unknown all-reduce algorithm {algorithm!r}')
+  inside = Phase(g - 1, model_bytes / g,
+                 _over(model_bytes / g, c.intra_bandwidth) + c.intra_latency_s, 'intra_host')
+  phases = [inside] if g > 1 else []
+  if h > 1:
+    message = model_bytes / (g * h)
+    phases.append(Phase(2 * (h - 1), message,
+                        _over(g * message, c.nic_bandwidth) + c.nic_latency_s, 'nic'))
+  return phases + ([inside] if g > 1 else [])
+
+
+def _parts(phases: list[Phase]) -> dict:
+  """{resource: seconds} of the phases (a resource's phases take the same
+  seconds a step)."""
+  steps = collections.Counter()
+  for p in phases:
+    steps[p.resource] += p.steps
+  return {p.resource: steps[p.resource] * p.step_s for p in phases}
+
+
+def ring_allreduce_parts(model_bytes: float, c: Cluster) -> dict:
+  """One ring through all N workers (allreduce_phases): {resource: seconds},
+  2(N-1) * max(S/(N*B_nic) + lat_nic, S/(N*B_intra) + lat_intra)."""
+  if c.num_workers > 1 and c.devices_per_host == 1:
+    # The flat ring of formulas.py, to the bit.
+    return {'nic': formulas.ring_allreduce_s(model_bytes, c.nic_bandwidth,
+                                             c.num_workers, c.nic_latency_s)}
+  return _parts(allreduce_phases(model_bytes, c, 'ring'))
 
 
 def hierarchical_allreduce_parts(model_bytes: float, c: Cluster) -> dict:
-  """Reduce-scatter inside each host, G rings across the hosts, all-gather
-  inside each host: {resource: seconds}.
-
-  Inside: 2(G-1) steps of S/G over the ports. Across: 2(H-1) steps in which
-  the G rings each send S/(G*H), all through the host's NIC, which carries
-  S/H per step each way: 2(H-1) * (S/(H*B_nic) + lat_nic).
-  """
-  g, h = c.devices_per_host, c.num_hosts
-  parts = {}
-  if g > 1:
-    parts['intra_host'] = 2 * (g - 1) * (_over(model_bytes / g, c.intra_bandwidth) +
-                                         c.intra_latency_s)
-  if h > 1:
-    parts['nic'] = (formulas.ring_allreduce_s(model_bytes, c.nic_bandwidth, h,
-                                              c.nic_latency_s) if g == 1 else
-                    2 * (h - 1) * (_over(model_bytes / h, c.nic_bandwidth) + c.nic_latency_s))
-  return parts
+  """Inside each host, across the hosts, inside again (allreduce_phases):
+  {resource: seconds}, 2(G-1) * (S/(G*B_intra) + lat_intra) on the ports
+  and 2(H-1) * (S/(H*B_nic) + lat_nic) on the NICs. Hosts of one device
+  make it the flat ring."""
+  if c.devices_per_host == 1:
+    return ring_allreduce_parts(model_bytes, c)
+  return _parts(allreduce_phases(model_bytes, c, 'hierarchical'))
 
 
 def allreduce_s(model_bytes: float, c: Cluster, algorithm: str) -> float:

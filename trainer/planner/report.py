@@ -346,7 +346,7 @@ def write_study(rows, workdir: str) -> dict:
       'that the link does not hide (each message\'s first chunk is copied '
       'before the link starts on it) and the step\'s fixed bookkeeping. Predicted '
       'for all-reduce: T_C + the ring steps over the links from the '
-      'planner\'s formulas (emulated_allreduce_phases) + the host\'s work of '
+      'planner\'s cluster model (allreduce_phases) + the host\'s work of '
       'the rings, measured by the planner without links, where the links do '
       'not hide it + the copies to and from the devices + the workers\' '
       'update program + the step\'s fixed bookkeeping, each measured by the '

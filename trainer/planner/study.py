@@ -31,6 +31,7 @@ from trainer import progress
 from trainer import state as state_lib
 from trainer import units
 from trainer import workdir_lock
+from trainer.planner import cluster_model
 from trainer.planner import formulas
 from trainer.planner import measure
 from trainer.planner import report
@@ -248,29 +249,31 @@ class Predictor:
     """The all-reduce engine's step: T_C, the workers' vectors off their
     devices, the rings over the links, the sums back on, the update.
 
-    Each ring step's link time is the formulas' (emulated_allreduce_phases);
-    the host's work of the rings (copies, additions, the barriers between
-    steps), measured on unlimited links, goes on while the links carry the
-    bytes except for each message's first chunk (emulated_direction_s, as
-    for PS), spread evenly over the ring steps.
+    Each ring step's link time is the cluster model's
+    (cluster_model.allreduce_phases); the host's work of the rings (copies,
+    additions, the barriers between steps), measured on unlimited links,
+    goes on while the links carry the bytes except for each message's first
+    chunk (emulated_direction_s, as for PS), spread evenly over the ring
+    steps.
     """
     m, compute = self._measure, now['compute_s']
     n, g = cell['num_workers'], cell.get('devices_per_host', 1)
     size = self._once(('bytes', cell['model']), lambda: m.model_bytes(exp))
     network = exp.config.network
-    phases = formulas.emulated_allreduce_phases(
-        size, n, g, cell.get('algorithm', 'ring'),
+    hosts = cluster_model.Cluster(
+        num_hosts=n // g, devices_per_host=g,
         nic_bandwidth=units.gbps_to_bytes_per_s(cell['bandwidth_gbps']),
         nic_latency_s=network.latency_ms / 1e3,
         intra_bandwidth=units.gbps_to_bytes_per_s(network.intra_host_gbps),
         intra_latency_s=network.intra_host_latency_ms / 1e3)
-    steps = sum(count for count, _, _ in phases)
+    phases = cluster_model.allreduce_phases(size, hosts, cell.get('algorithm', 'ring'))
+    steps = sum(p.steps for p in phases)
     host_per_step = now['ring_s'] / steps if steps else 0.0
-    link = sum(count * link_s for count, _, link_s in phases)
-    rings = sum(count * formulas.emulated_direction_s(
-        link_s, host_per_step, formulas.first_chunk_share(
-            message, m.link_chunk_bytes(cell['bandwidth_gbps'])))
-                for count, message, link_s in phases)
+    link = sum(p.steps * p.step_s for p in phases)
+    chunk = m.link_chunk_bytes(cell['bandwidth_gbps'])
+    rings = sum(p.steps * formulas.emulated_direction_s(
+        p.step_s, host_per_step, formulas.first_chunk_share(p.message_bytes, chunk))
+                for p in phases)
     step = compute + now['device_copies_s'] + rings + now['update_s'] + now['bookkeeping_s']
     return {'predicted_step_s': step,
             'compute_s_planned': compute,
