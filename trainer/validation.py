@@ -279,6 +279,18 @@ def parse_list(key: str, text: str, kind=int) -> list:
   return values
 
 
+def parse_names(key: str, text: str, accepted, what: str) -> list[str]:
+  """'a, b' -> ['a', 'b'], each one of `accepted`; UsageError naming `key`
+  for an empty list (naming no `what`) or a name not accepted."""
+  names = [n.strip() for n in text.split(',') if n.strip()]
+  if not names:
+    raise UsageError(f'{key}={text!r} names no {what}; use some of: '
+                     f'{", ".join(accepted)}')
+  for name in names:
+    _one_of(key, name, accepted)
+  return names
+
+
 def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   plan, study = config.plan, config.study
   if any(b < 1 for b in parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)):
@@ -298,23 +310,11 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
     raise UsageError('plan.compute_s and plan.device_tflops both give the '
                      "cluster's compute time; set one of them")
   _check_plan_cluster(plan)
-  study_models = [m.strip() for m in study.models.split(',') if m.strip()]
-  if not study_models:
-    raise UsageError(f'study.models={study.models!r} names no model')
   from models import registry  # pylint: disable=g-import-not-at-top
-  for name in study_models:
-    _one_of('study.models', name, registry.MODEL_NAMES)
-  study_engines = [e.strip() for e in study.engines.split(',') if e.strip()]
-  if not study_engines:
-    raise UsageError(f'study.engines={study.engines!r} names no engine')
-  for name in study_engines:
-    _one_of('study.engines', name, STUDY_ENGINES)
-  algorithms = [a.strip() for a in study.allreduce_algorithms.split(',') if a.strip()]
-  if not algorithms:
-    raise UsageError(f'study.allreduce_algorithms={study.allreduce_algorithms!r} '
-                     'names no algorithm')
-  for name in algorithms:
-    _one_of('study.allreduce_algorithms', name, ALLREDUCE_ALGORITHMS)
+  study_models = parse_names('study.models', study.models, registry.MODEL_NAMES, 'model')
+  parse_names('study.engines', study.engines, STUDY_ENGINES, 'engine')
+  parse_names('study.allreduce_algorithms', study.allreduce_algorithms,
+              ALLREDUCE_ALGORITHMS, 'algorithm')
   for key in ('num_workers', 'num_shards', 'global_batch_sizes', 'devices_per_host'):
     if any(v < 1 for v in parse_list(f'study.{key}', study[key])):
       raise UsageError(f'study.{key}={study[key]!r}: values must be >= 1')
@@ -341,12 +341,8 @@ def _check_plan_cluster(plan) -> None:
     if not 0 <= plan[key] < math.inf:
       raise UsageError(f'plan.{key}={plan[key]!r} must be a finite number >= 0 (0: {meaning})')
   _one_of('plan.ps_placement', plan.ps_placement, PS_PLACEMENTS)
-  algorithms = [a.strip() for a in plan.allreduce_algorithms.split(',') if a.strip()]
-  if not algorithms:
-    raise UsageError(f'plan.allreduce_algorithms={plan.allreduce_algorithms!r} names no '
-                     f'algorithm; use some of: {", ".join(ALLREDUCE_ALGORITHMS)}')
-  for name in algorithms:
-    _one_of('plan.allreduce_algorithms', name, ALLREDUCE_ALGORITHMS)
+  parse_names('plan.allreduce_algorithms', plan.allreduce_algorithms,
+              ALLREDUCE_ALGORITHMS, 'algorithm')
   _at_least('plan.compute_s_batch', plan.compute_s_batch, 0)
   if plan.compute_s_batch and not plan.compute_s:
     raise UsageError(f'plan.compute_s_batch={plan.compute_s_batch} says which batch '

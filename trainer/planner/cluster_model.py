@@ -18,10 +18,11 @@ import dataclasses
 import math
 import typing
 
+from trainer import validation
 from trainer.planner import formulas
 
-ALLREDUCE_ALGORITHMS = ('ring', 'hierarchical')
-PS_PLACEMENTS = ('dedicated', 'colocated')
+ALLREDUCE_ALGORITHMS = validation.ALLREDUCE_ALGORITHMS
+PS_PLACEMENTS = validation.PS_PLACEMENTS
 STRATEGIES = ALLREDUCE_ALGORITHMS + ('ps',)
 # The share of T_C that communication can overlap when a framework sends
 # each layer's gradient as backprop produces it: the backward pass, whose

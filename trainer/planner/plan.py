@@ -119,7 +119,8 @@ def _measure_and_plan(config, workdir: str) -> dict:
     raise UsageError(f'network.num_workers={local_workers}: the sweep runs that many '
                      f'workers here, but {jax.device_count()} devices are present')
   cluster = describe_cluster(plan, plan.num_workers or local_workers)
-  algorithms = [a.strip() for a in plan.allreduce_algorithms.split(',') if a.strip()]
+  algorithms = validation.parse_names('plan.allreduce_algorithms', plan.allreduce_algorithms,
+                                      validation.ALLREDUCE_ALGORITHMS, 'algorithm')
   strategies = algorithms + ['ps']
   # Speed is measured on synthetic data: no input pipeline in the way.
   config = config.copy_and_resolve_references()

@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from configs.errors import UsageError
+from models import registry
 from trainer import validation
 from trainer.validation import parse_list
 from trainer import device_input
@@ -42,7 +43,8 @@ _WARMUP_STEPS = 2
 
 def study_engines(config) -> list[str]:
   """study.engines as names, in order, each once (checked by validation.py)."""
-  return list(dict.fromkeys(e.strip() for e in config.study.engines.split(',') if e.strip()))
+  return list(dict.fromkeys(validation.parse_names(
+      'study.engines', config.study.engines, validation.STUDY_ENGINES, 'engine')))
 
 
 def grid(config) -> list[dict]:
@@ -50,9 +52,10 @@ def grid(config) -> list[dict]:
   one after another, so that what the engines are compared on runs close
   together in time on a machine whose speed drifts."""
   study = config.study  # values checked by trainer/validation.py
-  models = [m.strip() for m in study.models.split(',') if m.strip()]
+  models = validation.parse_names('study.models', study.models, registry.MODEL_NAMES, 'model')
   bandwidths = parse_list('study.link_bandwidths_gbps', study.link_bandwidths_gbps, float)
-  algorithms = [a.strip() for a in study.allreduce_algorithms.split(',') if a.strip()]
+  algorithms = validation.parse_names('study.allreduce_algorithms', study.allreduce_algorithms,
+                                      validation.ALLREDUCE_ALGORITHMS, 'algorithm')
   cells = []
   for model in models:
     for workers in parse_list('study.num_workers', study.num_workers):
