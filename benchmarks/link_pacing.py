@@ -10,7 +10,6 @@ One record per message size and bandwidth: the median, min and max of
 their provenance (benchmarks/provenance.py); --out also appends them to a file.
 """
 
-import os
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ import numpy as np
 import provenance  # benchmarks/provenance.py, beside this script
 
 sys.path.insert(0, provenance.REPO)
+from trainer import units  # pylint: disable=g-import-not-at-top,wrong-import-position
 from trainer.engines.emulation import link  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 flags.DEFINE_string('megabytes', '0.5,2.5,10,40', 'Message sizes, MB.')
@@ -40,7 +40,7 @@ def main(argv):
       nbytes = int(megabytes * 1e6) // 4 * 4
       source = np.ones(nbytes // 4, np.float32)
       target = np.zeros_like(source)
-      expected = nbytes * 8 / (gbps * 1e9) + FLAGS.latency_ms / 1e3
+      expected = nbytes / units.gbps_to_bytes_per_s(gbps) + FLAGS.latency_ms / 1e3
       times = []
       for _ in range(FLAGS.repeats):
         src = link.Interface('worker', gbps, FLAGS.latency_ms)
