@@ -91,7 +91,8 @@ class AllReduceEngine:
     host = jax.device_get(state)
     self._step = int(host.step)
     vector = self.layout.pack_host(host.params, host.batch_stats)
-    self._vector = self._per_device([vector] * self.num_workers, self._replicated)
+    self._vector = workers.from_pieces(
+        [jax.device_put(vector, d, may_alias=False) for d in self.devices], self._replicated)
     self._opt_state = jax.device_put(host.opt_state, self._replicated)
 
   def step(self, batch) -> None:
@@ -124,12 +125,6 @@ class AllReduceEngine:
                  f' (after {self._failure})' if self._failure is not None else '')
 
   # --- The step ---------------------------------------------------------------
-  def _per_device(self, arrays, sharding, shape=None):
-    """One array over the workers from one host array per worker device."""
-    pieces = [jax.device_put(a, d, may_alias=False) for a, d in zip(arrays, self.devices)]
-    return jax.make_array_from_single_device_arrays(
-        shape or pieces[0].shape, sharding, pieces)
-
   def _run_step(self, batch) -> dict:
     start = time.perf_counter()
     step = self._step
@@ -141,8 +136,8 @@ class AllReduceEngine:
     update_start = time.perf_counter()
     metrics = jax.device_get(metrics)
     loss = float(np.mean(metrics['loss']))
-    summed = jax.make_array_from_single_device_arrays(
-        (self.num_workers, self.layout.size), self._stacked, [s for _, _, s in timed])
+    summed = workers.from_pieces([s for _, _, s in timed], self._stacked,
+                                 (self.num_workers, self.layout.size))
     self._vector, self._opt_state, grad_norm, finite = self._update(
         self._vector, self._opt_state, summed,
         jax.device_put(np.float32(loss), self._replicated))

@@ -186,6 +186,14 @@ def check_memory(exp, compiled, layout) -> None:
                     remedy=_MEMORY_REMEDY)
 
 
+def from_pieces(pieces, sharding, shape=None) -> jax.Array:
+  """One array over the workers from each worker's piece, already on its
+  device; shape: the global one (default: a piece's, for a replicated array
+  whose every worker holds its own copy)."""
+  return jax.make_array_from_single_device_arrays(
+      shape or pieces[0].shape, sharding, list(pieces))
+
+
 def local_shard(array: jax.Array, device) -> jax.Array:
   """The single-device piece of a worker-sharded array that lives on `device`.
 

@@ -110,8 +110,8 @@ class SyncParameterServerEngine:
     self.cluster.load(host)
     # The workers' first copies; later ones are pulled over the links.
     vector = self.cluster.layout.pack_host(host.params, host.batch_stats)
-    self._worker_vectors = self._replicate(
-        [jax.device_put(vector, d) for d in self.cluster.devices])
+    self._worker_vectors = workers.from_pieces(
+        [jax.device_put(vector, d) for d in self.cluster.devices], self._replicated)
 
   def step(self, batch) -> None:
     self._records.append(self._sync_step(batch))
@@ -145,11 +145,6 @@ class SyncParameterServerEngine:
       self._failure = e  # for close() to name, should a thread then not stop
       raise
 
-  def _replicate(self, per_device_vectors):
-    """One array with each worker's own vector on its device."""
-    return jax.make_array_from_single_device_arrays(
-        per_device_vectors[0].shape, self._replicated, list(per_device_vectors))
-
   def _sync_step(self, batch) -> dict:
     cluster = self.cluster
     start = time.perf_counter()
@@ -178,7 +173,7 @@ class SyncParameterServerEngine:
 
     pulled = self._in_tasks('parameter-server worker {} (pull)', self._timed_pull,
                             cluster.num_workers)
-    self._worker_vectors = self._replicate([v for v, _ in pulled])
+    self._worker_vectors = workers.from_pieces([v for v, _ in pulled], self._replicated)
     pull_s = [t for _, t in pulled]
     step_s = time.perf_counter() - start
     busy = (np.mean(compute_s) + np.mean(push_s) + update_s + np.mean(pull_s))
