@@ -36,8 +36,8 @@ from trainer.planner import allreduce_timer
 @dataclasses.dataclass
 class ComputePoint:
   per_worker_batch: int
-  compute_s: float  # median wall time of the gradient program
-  images_per_sec: float  # N_w * b / T_C
+  compute_s: float | None  # median wall time of the gradient program (None: not run)
+  images_per_sec: float | None  # N_w * b / T_C
   peak_bytes: int  # per device, from XLA's memory analysis
   flops: float  # one worker's FLOPs per step, from XLA's cost analysis
 
@@ -102,12 +102,15 @@ class ComputeTimer:
 
 def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
                   capacity_bytes: int | None) -> list[ComputePoint]:
-  """T_C(b) for each per-worker batch b that fits, in increasing order."""
+  """T_C(b), XLA's FLOPs and peak memory for each per-worker batch b that
+  fits, in increasing order. repeats=0: compiled, not run (the FLOPs and
+  memory alone, for a cluster whose T_C comes from its own devices)."""
   vector = None  # the initial variables, made once for every batch size
   points = []
   batches = sorted(per_worker_batches)
   logging.info('Plan sweep: %d per-worker batch sizes on %d workers, each '
-               'compiled, then timed %d times', len(batches), num_workers, repeats)
+               'compiled%s', len(batches), num_workers,
+               f', then timed {repeats} times' if repeats else '')
   for i, b in enumerate(batches):
     started = time.perf_counter()
     timer = ComputeTimer(exp, num_workers, b, vector)
@@ -118,13 +121,14 @@ def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,
                    'more than the %.2f GiB there: the sweep stops', b,
                    peak / 2**30, capacity_bytes / 2**30)
       break  # larger batches need more memory still
-    t = timer.median_s(repeats)
-    points.append(ComputePoint(b, t, num_workers * b / t, peak,
+    t = timer.median_s(repeats) if repeats else None
+    points.append(ComputePoint(b, t, num_workers * b / t if t else None, peak,
                                mfu.xla_flops(timer.program)))
-    logging.info('Plan sweep: %s: per-worker batch %d, T_C %.4f s, %.1f images/s',
+    logging.info('Plan sweep: %s: per-worker batch %d, %.2f GFLOP, %.2f GiB%s',
                  progress.done_line('batch size', i + 1, len(batches),
                                     time.perf_counter() - started),
-                 b, t, num_workers * b / t)
+                 b, points[-1].flops / 1e9, peak / 2**30,
+                 f', T_C {t:.4f} s, {num_workers * b / t:.1f} images/s' if t else '')
   return points
 
 

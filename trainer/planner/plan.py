@@ -31,7 +31,6 @@ import jax
 from configs.errors import UsageError
 from trainer import experiment
 from trainer import memory
-from trainer import mfu
 from trainer import units
 from trainer import validation
 from trainer import workdir_lock
@@ -67,36 +66,20 @@ def describe_cluster(plan, num_workers: int) -> cm.Cluster:
                     intra_latency_s=plan.intra_host_latency_ms / 1e3)
 
 
-def compile_sweep(exp, num_workers: int, per_worker_batches, capacity_bytes):
-  """XLA's FLOPs and peak memory of one worker's step at each batch that
-  fits, in increasing order, compiled here and not run (the cluster's T_C
-  comes from its own devices)."""
-  points, vector = [], None
-  for b in sorted(per_worker_batches):
-    timer = measure.ComputeTimer(exp, num_workers, b, vector)
-    vector = timer.vector
-    peak = memory.report(timer.program, exp.abstract_state).peak
-    if capacity_bytes is not None and peak > capacity_bytes:
-      logging.info('Plan: per-device batch %d needs %.2f GiB, more than the %.2f GiB '
-                   'there: larger ones are not tried', b, peak / 2**30, capacity_bytes / 2**30)
-      break
-    points.append({'per_worker_batch': b, 'flops': mfu.xla_flops(timer.program),
-                   'peak_bytes': peak})
-    logging.info('Plan: per-device batch %d compiled: %.2f GFLOP, %.2f GiB', b,
-                 points[-1]['flops'] / 1e9, peak / 2**30)
-  return points
-
-
 def _cluster_compute(plan, exp, local_workers, batches, capacity, model_name) -> tuple:
   """([{per_worker_batch, compute_s (the cluster's T_C), flops, peak_bytes,
   ...}], how T_C was found)."""
-  if not (plan.compute_s or plan.device_tflops):
-    points = [vars(p) for p in measure.compute_sweep(exp, local_workers, batches,
-                                                     plan.repeats, capacity)]
-    for p in points:
-      p['images_per_sec_here'] = p.pop('images_per_sec')
+  measured = not (plan.compute_s or plan.device_tflops)
+  # With the cluster's own T_C, each batch is compiled for its FLOPs and
+  # memory, not run.
+  points = [vars(p) for p in measure.compute_sweep(
+      exp, local_workers, batches, plan.repeats if measured else 0, capacity)]
+  for p in points:
+    here = p.pop('images_per_sec')
+    if measured:
+      p['images_per_sec_here'] = here
+  if measured:
     return points, f'measured here on {local_workers} worker(s)'
-  points = compile_sweep(exp, local_workers, batches, capacity)
   if plan.compute_s:
     anchor = plan.compute_s_batch or min(batches)
     for p in points:
