@@ -53,34 +53,22 @@ def _config(model: str, engine: str, num_shards: int, bandwidth_gbps: float):
 
 
 def _measure(config, steps: int, warmup: int) -> dict:
-  """Median step time and the mean time split over `steps` timed steps."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from trainer import device_input, engines, experiment  # pylint: disable=g-import-not-at-top
-  from trainer import state as state_lib  # pylint: disable=g-import-not-at-top
+  """Median step time and the mean time split over `steps` timed steps (the
+  study's measurement), and the time the engine took to compile."""
+  from trainer import engines, experiment  # pylint: disable=g-import-not-at-top
+  from trainer.planner import study  # pylint: disable=g-import-not-at-top
   exp = experiment.build_experiment(config, '/nonexistent')
-  compile_start = time.perf_counter()
-  engine = engines.create_engine(exp)
-  compile_s = time.perf_counter() - compile_start
-  engine.start(state_lib.create_train_state(
-      exp.model, exp.tx, config.data.image_size, exp.state_shardings, 0))
-  batches = exp.dataset.train_batches(0)
-  times = []
-  for i in range(warmup + steps):
-    batch = device_input.to_global(next(batches), engine.batch_sharding)
-    jax.block_until_ready(batch)
+  compile_s = []
+
+  def create_engine(exp):
     start = time.perf_counter()
-    engine.step(batch)
-    records = engine.collect_metrics()  # waits for the step
-    if i >= warmup:
-      times.append((time.perf_counter() - start, records[-1]))
-  phases = engine.step_phases
-  engine.close()
-  step_s = float(np.median([t for t, _ in times]))
-  split = {k: float(np.mean([r[k] for _, r in times]))
-           for k in phases}
+    engine = engines.create_engine(exp)
+    compile_s.append(time.perf_counter() - start)
+    return engine
+
+  step_s, split = study.measure_step_s(exp, steps, create_engine, warmup=warmup)
   return {'step_s': step_s, 'images_per_sec': config.batch_size / step_s,
-          'compile_s': compile_s, **split}
+          'compile_s': compile_s[0], **split}
 
 
 def child(args) -> None:

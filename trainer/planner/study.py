@@ -119,9 +119,11 @@ def cell_config(config, cell: dict):
   return c
 
 
-def measure_step_s(exp, steps: int, create_engine=engines.create_engine) -> tuple[float, dict]:
+def measure_step_s(exp, steps: int, create_engine=engines.create_engine,
+                   warmup: int = _WARMUP_STEPS) -> tuple[float, dict]:
   """Median wall time of a step of the configured engine, and the mean of
-  each of its step phases (engine.step_phases) over the timed steps."""
+  each of its step phases (engine.step_phases) over the `steps` timed steps
+  after `warmup` untimed ones."""
   engine = create_engine(exp)
   try:
     engine.start(state_lib.create_train_state(
@@ -129,13 +131,13 @@ def measure_step_s(exp, steps: int, create_engine=engines.create_engine) -> tupl
         exp.config.seed))
     batches = exp.dataset.train_batches(0)
     times, records = [], []
-    for i in range(_WARMUP_STEPS + steps):
+    for i in range(warmup + steps):
       batch = device_input.to_global(next(batches), engine.batch_sharding)
       jax.block_until_ready(batch)
       start = time.perf_counter()
       engine.step(batch)
       record = engine.collect_metrics()[-1]
-      if i >= _WARMUP_STEPS:
+      if i >= warmup:
         times.append(time.perf_counter() - start)
         records.append(record)
   finally:
