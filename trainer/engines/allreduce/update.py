@@ -9,15 +9,11 @@ arithmetic, so they stay identical without being compared, as replicas of
 a real all-reduce job do.
 """
 
-import dataclasses
-
-from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from trainer import memory
 from trainer import step_functions
 from trainer.engines.emulation import wire
 from trainer.engines.emulation import workers
@@ -89,19 +85,12 @@ def check_memory(exp, gradient_program, update_program, layout) -> None:
   """UsageError when a worker's device cannot hold what it keeps: its
   variables and optimiser state, resident through both programs, plus
   either program's own arguments and temporaries."""
-  capacity = memory.device_capacity(exp.config.runtime.device_memory_gib)
-  itemsize = np.dtype(wire.DTYPE).itemsize
-  params = layout.offsets[layout.num_params] * itemsize
-  stats = layout.size * itemsize - params
   opt_state = opt_state_bytes(exp.abstract_state)
   for name, program, resident in (('gradient', gradient_program, opt_state),
                                   ('update', update_program, 0)):
-    usage = memory.program_report(program, params=params, opt_state=opt_state,
-                                  batch_stats=stats)
     # The gradient program does not take the optimiser state, but the
     # device keeps it meanwhile.
-    usage = dataclasses.replace(usage, arguments=usage.arguments + resident)
-    logging.info('All-reduce workers\' %s program: memory %s', name, usage.describe())
-    memory.check_fits(usage, capacity,
-                      what=f"the all-reduce workers' {name} program",
-                      remedy=_MEMORY_REMEDY)
+    workers.check_memory(exp, program, layout, opt_state_bytes=opt_state,
+                         resident_bytes=resident,
+                         what=f"the all-reduce workers' {name} program",
+                         remedy=_MEMORY_REMEDY)

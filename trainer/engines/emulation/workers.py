@@ -9,6 +9,7 @@ Asynchronous workers need independent programs, so each gets its own
 single-device executable, called from its own thread.
 """
 
+import dataclasses
 import functools
 
 from absl import logging
@@ -166,24 +167,29 @@ _MEMORY_REMEDY = (
     'engine=spmd and mesh.fsdp')
 
 
-def check_memory(exp, compiled, layout) -> None:
-  """UsageError when a worker's compiled gradient program does not fit its
-  device's memory (runtime.device_memory_gib, else what the device reports).
+def check_memory(exp, compiled, layout, *, opt_state_bytes: int = 0,
+                 resident_bytes: int = 0,
+                 what: str = "the parameter-server workers' gradient program",
+                 remedy: str = _MEMORY_REMEDY) -> None:
+  """UsageError when a worker's compiled program does not fit its device's
+  memory (runtime.device_memory_gib, else what the device reports).
 
   The same check as the SPMD engine's, made when the engine is created, so a
   run that would not fit stops before anything is written. A worker holds
-  its variables (the wire vector) and no optimiser state: that lives on the
-  shards, in host memory.
+  its variables (the wire vector); a parameter-server worker no optimiser
+  state (opt_state_bytes 0: it lives on the shards, in host memory).
+  resident_bytes: what the device keeps meanwhile that the program does not
+  take as an argument.
   """
   itemsize = np.dtype(wire.DTYPE).itemsize
   params_bytes = layout.offsets[layout.num_params] * itemsize
   usage = memory.program_report(
-      compiled, params=params_bytes, opt_state=0,
+      compiled, params=params_bytes, opt_state=opt_state_bytes,
       batch_stats=layout.size * itemsize - params_bytes)
-  logging.info('PS workers\' gradient program: memory %s', usage.describe())
+  usage = dataclasses.replace(usage, arguments=usage.arguments + resident_bytes)
+  logging.info('%s: memory %s', what[0].upper() + what[1:], usage.describe())
   memory.check_fits(usage, memory.device_capacity(exp.config.runtime.device_memory_gib),
-                    what="the parameter-server workers' gradient program",
-                    remedy=_MEMORY_REMEDY)
+                    what=what, remedy=remedy)
 
 
 def from_pieces(pieces, sharding, shape=None) -> jax.Array:
