@@ -289,10 +289,6 @@ def capacity(exp) -> int | None:
   return memory.device_capacity(exp.config.runtime.device_memory_gib)
 
 
-# plan.py's name for it.
-gbps_to_bytes_per_s = units.gbps_to_bytes_per_s
-
-
 # The all-reduce engine's host work, beside HostTimer's for PS (the study
 # takes both from this module).
 AllReduceHostTimer = allreduce_timer.AllReduceHostTimer
