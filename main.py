@@ -103,7 +103,7 @@ def run(argv) -> int:
                                    eval_only=data is not config.data), flush=True)
     return 0
 
-  runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
+  view = runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
                      coordinator_address=FLAGS.coordinator_address,
                      num_processes=FLAGS.num_processes,
                      process_id=FLAGS.process_id,
@@ -112,6 +112,7 @@ def run(argv) -> int:
                      heartbeat_timeout_s=config.runtime.heartbeat_timeout_s,
                      compilation_cache_dir=config.runtime.compilation_cache_dir,
                      cpu_xnnpack=config.runtime.cpu_xnnpack)
+  runtime.check_devices(view)
   import jax  # pylint: disable=g-import-not-at-top
   if FLAGS.mode not in ('plan', 'study'):
     # The planner and the study choose their own batches, workers and

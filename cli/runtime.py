@@ -2,8 +2,12 @@
 
 import ipaddress
 import os
+import socket
 import sys
 
+from absl import logging
+
+from cli import device_visibility
 from configs.errors import UsageError
 
 # What each cluster's launcher sets in every process (the variables JAX's
@@ -73,8 +77,10 @@ def loopback_bind_address(coordinator_address: str | None) -> str | None:
 def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
                num_processes: int, process_id: int, cluster: str = 'auto',
                init_timeout_s: int = 300, heartbeat_timeout_s: int = 30,
-               compilation_cache_dir: str = '', cpu_xnnpack: bool = True) -> None:
-  """Must run before anything touches a JAX backend."""
+               compilation_cache_dir: str = '', cpu_xnnpack: bool = True,
+               environ=os.environ) -> device_visibility.DeviceView:
+  """Must run before anything touches a JAX backend. Returns the GPUs this
+  process asked for (cli/device_visibility.py), for check_devices."""
   # XLA reads XLA_FLAGS when the first backend starts, so this still counts.
   if cpu_xnnpack and '--xla_cpu_use_xnnpack' not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
@@ -94,19 +100,25 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
   timeouts = dict(initialization_timeout=init_timeout_s,
                   heartbeat_timeout_seconds=heartbeat_timeout_s)
+  detected = None if num_processes > 1 else detect_cluster(cluster, environ)
+  bind_address = loopback_bind_address(coordinator_address) if num_processes > 1 else None
+  view = device_visibility.decide(environ, cluster=detected, num_processes=num_processes,
+                                  process_id=process_id,
+                                  coordinator_loopback=bind_address is not None)
   if num_processes > 1:
     where = f'--coordinator_address={coordinator_address}'
     args = dict(coordinator_address=coordinator_address, num_processes=num_processes,
                 process_id=process_id)
-    bind_address = loopback_bind_address(coordinator_address)
     if bind_address:
       args['coordinator_bind_address'] = bind_address
-  else:
-    detected = detect_cluster(cluster)
-    if detected is None:
-      return  # one process
+  elif detected is not None:
     where = f'runtime.cluster={cluster} (found a {detected} job)'
     args = dict(cluster_detection_method=detected)
+  else:
+    return view  # one process: JAX takes every GPU in view
+  # Always given, so that JAX's cluster detection never substitutes its
+  # one-GPU-per-local-rank default; an empty list restricts nothing.
+  args['local_device_ids'] = list(view.local_device_ids)
   # JAX's preemption service would take SIGTERM over (a C++ handler that
   # only records a notice, which nothing here reads): the signal must stay
   # with trainer/preemption.py, which stops every process at one step.
@@ -117,3 +129,21 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise UsageError(f'{where}: could not join the run within '
                      f'runtime.init_timeout_s={init_timeout_s}: {first}') from None
+  return view
+
+
+def check_devices(view: device_visibility.DeviceView, environ=os.environ) -> None:
+  """Logs what this process drives, once its backend has started, and stops
+  it (exit 2) when it sees fewer accelerators than its job allotted it:
+  before any work, instead of training on a fraction of the GPUs."""
+  import jax  # pylint: disable=g-import-not-at-top
+  devices = jax.local_devices()
+  platform = devices[0].platform
+  logging.info('%s', device_visibility.describe(
+      view, host=socket.gethostname(), process_index=jax.process_index(),
+      process_count=jax.process_count(), platform=platform, local_devices=devices,
+      job_devices=jax.device_count()))
+  problem = device_visibility.shortfall(view, platform=platform,
+                                        local_devices=len(devices), environ=environ)
+  if problem:
+    raise UsageError(problem)

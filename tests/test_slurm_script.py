@@ -89,6 +89,17 @@ def test_srun_spans_the_nodes_that_sbatch_was_given(tmp_path):
   assert _scontrol_calls(tmp_path) == []
 
 
+@pytest.mark.parametrize('tasks, cpus', [('1', '32'), ('8', '4')])
+def test_srun_gets_the_jobs_tasks_per_node_and_cpus_per_task_again(tmp_path, tasks, cpus):
+  """Both job shapes (one process per host, one per GPU); since SLURM 22.05
+  a step does not inherit --cpus-per-task, and would decode on one CPU."""
+  result = _run(tmp_path, {'SLURM_NTASKS_PER_NODE': tasks, 'SLURM_CPUS_PER_TASK': cpus})
+  assert result.returncode == 0, result.stderr
+  args = (tmp_path / 'srun_args').read_text().split()
+  assert f'--ntasks-per-node={tasks}' in args
+  assert f'--cpus-per-task={cpus}' in args
+
+
 def test_outside_a_slurm_job_it_says_how_to_submit(tmp_path):
   result = _run(tmp_path, {'SLURM_JOB_NUM_NODES': ''})
   assert result.returncode == 2
