@@ -111,7 +111,8 @@ def run(argv) -> int:
                      init_timeout_s=config.runtime.init_timeout_s,
                      heartbeat_timeout_s=config.runtime.heartbeat_timeout_s,
                      compilation_cache_dir=config.runtime.compilation_cache_dir,
-                     cpu_xnnpack=config.runtime.cpu_xnnpack)
+                     cpu_xnnpack=config.runtime.cpu_xnnpack,
+                     gpu_defaults=config.runtime.gpu_defaults)
   runtime.check_devices(view)
   import jax  # pylint: disable=g-import-not-at-top
   if FLAGS.mode not in ('plan', 'study'):

@@ -32,6 +32,7 @@ class JobShape:
   launcher: str  # slurm, ompi, launch.py (all on this host), by hand, single process
   local_rank: int  # index among the job's processes on this host
   local_processes: int  # the job's processes on this host
+  processes: int  # the job's processes on all hosts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,15 +102,17 @@ def job_shape(environ, *, cluster: str | None, num_processes: int, process_id: i
         local = tasks_on_node(environ[name], node)
         break
     local = local or _int(environ, 'SLURM_NTASKS_PER_NODE') or 1
-    return JobShape('slurm', _int(environ, 'SLURM_LOCALID') or 0, local)
+    return JobShape('slurm', _int(environ, 'SLURM_LOCALID') or 0, local,
+                    _int(environ, 'SLURM_NTASKS') or 1)
   if cluster == 'ompi':
     return JobShape('ompi', _int(environ, 'OMPI_COMM_WORLD_LOCAL_RANK') or 0,
-                    _int(environ, 'OMPI_COMM_WORLD_LOCAL_SIZE') or 1)
+                    _int(environ, 'OMPI_COMM_WORLD_LOCAL_SIZE') or 1,
+                    _int(environ, 'OMPI_COMM_WORLD_SIZE') or 1)
   if num_processes > 1 and coordinator_loopback:
-    return JobShape('launch.py', process_id, num_processes)
+    return JobShape('launch.py', process_id, num_processes, num_processes)
   if num_processes > 1:
-    return JobShape('by hand', 0, 1)
-  return JobShape('single process', 0, 1)
+    return JobShape('by hand', 0, 1, num_processes)
+  return JobShape('single process', 0, 1, 1)
 
 
 def allotted_gpus(environ, local_processes: int) -> tuple[int | None, str]:

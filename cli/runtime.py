@@ -8,6 +8,7 @@ import sys
 from absl import logging
 
 from cli import device_visibility
+from cli import gpu_settings
 from configs.errors import UsageError
 
 # What each cluster's launcher sets in every process (the variables JAX's
@@ -78,9 +79,16 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
                num_processes: int, process_id: int, cluster: str = 'auto',
                init_timeout_s: int = 300, heartbeat_timeout_s: int = 30,
                compilation_cache_dir: str = '', cpu_xnnpack: bool = True,
-               environ=os.environ) -> device_visibility.DeviceView:
+               gpu_defaults: bool = True, environ=os.environ) -> device_visibility.DeviceView:
   """Must run before anything touches a JAX backend. Returns the GPUs this
   process asked for (cli/device_visibility.py), for check_devices."""
+  detected = None if num_processes > 1 else detect_cluster(cluster, environ)
+  bind_address = loopback_bind_address(coordinator_address) if num_processes > 1 else None
+  view = device_visibility.decide(environ, cluster=detected, num_processes=num_processes,
+                                  process_id=process_id,
+                                  coordinator_loopback=bind_address is not None)
+  if gpu_defaults:
+    apply_gpu_settings(view, environ)
   # XLA reads XLA_FLAGS when the first backend starts, so this still counts.
   if cpu_xnnpack and '--xla_cpu_use_xnnpack' not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
@@ -100,11 +108,6 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
   timeouts = dict(initialization_timeout=init_timeout_s,
                   heartbeat_timeout_seconds=heartbeat_timeout_s)
-  detected = None if num_processes > 1 else detect_cluster(cluster, environ)
-  bind_address = loopback_bind_address(coordinator_address) if num_processes > 1 else None
-  view = device_visibility.decide(environ, cluster=detected, num_processes=num_processes,
-                                  process_id=process_id,
-                                  coordinator_loopback=bind_address is not None)
   if num_processes > 1:
     where = f'--coordinator_address={coordinator_address}'
     args = dict(coordinator_address=coordinator_address, num_processes=num_processes,
@@ -130,6 +133,22 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
     raise UsageError(f'{where}: could not join the run within '
                      f'runtime.init_timeout_s={init_timeout_s}: {first}') from None
   return view
+
+
+def apply_gpu_settings(view: device_visibility.DeviceView, environ=os.environ) -> dict:
+  """Sets cli/gpu_settings.py's settings when this process will run on GPUs
+  (a CUDA plugin and a GPU in view, and no JAX_PLATFORMS that excludes
+  them); XLA reads them when the backend starts. Returns what it set."""
+  if not (view.visible and device_visibility.accelerators_expected(environ)
+          and gpu_settings.cuda_plugin_installed()):
+    return {}
+  changes = gpu_settings.gpu_environment(
+      environ, single_host=view.shape.local_processes == view.shape.processes)
+  environ.update(changes)
+  if changes:
+    logging.info('GPU settings (docs/gpus.md; runtime.gpu_defaults=false leaves them '
+                 'out): %s', ' '.join(f'{k}={v!r}' for k, v in changes.items()))
+  return changes
 
 
 def check_devices(view: device_visibility.DeviceView, environ=os.environ) -> None:

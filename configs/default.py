@@ -177,6 +177,10 @@ def get_config() -> ml_collections.ConfigDict:
   # what the patches form of a convolution runs on. An --xla_cpu_use_xnnpack
   # in XLA_FLAGS wins. No effect on GPUs and TPUs.
   config.runtime.cpu_xnnpack = True
+  # GPUs: XLA's flags for overlapping collectives with compute, a 90% memory
+  # pool and single-host NCCL settings, as docs/gpus.md lists them with their
+  # sources; each only where the environment does not set it already.
+  config.runtime.gpu_defaults = True
 
   # --- Starting from another run (fine-tuning) ---------------------------------
   config.init = ml_collections.ConfigDict()

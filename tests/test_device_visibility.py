@@ -51,7 +51,7 @@ def test_slurm_one_process_per_host_drives_every_gpu_of_its_host(proc_id):
                         SLURM_GPUS_ON_NODE='8', CUDA_VISIBLE_DEVICES=EIGHT), 'slurm')
   assert view.local_device_ids == tuple(range(8))
   assert view.allotted == 8
-  assert view.shape == dv.JobShape('slurm', 0, 1)
+  assert view.shape == dv.JobShape('slurm', 0, 1, 2)
 
 
 @pytest.mark.parametrize('local_id', [0, 5, 7])
@@ -145,7 +145,7 @@ def test_slurm_compressed_task_counts():
 
 
 def test_fewer_gpus_seen_than_allotted_is_one_line_naming_both():
-  view = dv.choose(dv.JobShape('slurm', 0, 1), 8, 8, 'SLURM_GPUS_ON_NODE=8')
+  view = dv.choose(dv.JobShape('slurm', 0, 1, 2), 8, 8, 'SLURM_GPUS_ON_NODE=8')
   problem = dv.shortfall(view, platform='gpu', local_devices=4, environ={})
   assert problem == ('this process was allotted 8 GPU(s) (SLURM_GPUS_ON_NODE=8) '
                      'but JAX sees 4')
