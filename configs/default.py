@@ -46,15 +46,19 @@ def get_config() -> ml_collections.ConfigDict:
   config.batch_size = 128  # global batch: all devices of all processes
   config.num_train_steps = 0  # length of training in steps; wins when > 0
   config.num_epochs = 10.0  # length of training in epochs when steps is 0
-  config.optimizer = 'sgd'  # sgd (with momentum), adamw
+  config.optimizer = 'sgd'  # sgd (with momentum), adamw, lars (large batches, You et al. 2017), lamb (You et al. 2020); none decays or trust-ratios biases and norms
   config.learning_rate = 0.1  # peak rate for a global batch of 256
   config.lr_scaling = 'linear'  # linear: rate * batch_size / 256; none: as given
-  config.lr_schedule = 'cosine'  # after warm-up: cosine, constant
+  config.lr_schedule = 'cosine'  # after warm-up: cosine, constant, step (times lr_step_factor at each of lr_step_epochs)
+  config.lr_step_epochs = '30,60,80'  # lr_schedule=step: epochs, from the start of training, where the rate falls
+  config.lr_step_factor = 0.1  # lr_schedule=step: the rate's factor at each of lr_step_epochs
   config.warmup_steps = 0  # linear warm-up in steps; wins when > 0
   config.warmup_epochs = 0.0  # linear warm-up in epochs when steps is 0
-  config.momentum = 0.9  # sgd momentum; adamw beta1
-  config.nesterov = False  # sgd: Nesterov momentum
-  config.weight_decay = 1e-4  # decoupled for adamw, L2 for sgd; not on biases or norms
+  config.momentum = 0.9  # sgd, lars momentum; adamw, lamb beta1
+  config.nesterov = False  # sgd, lars: Nesterov momentum
+  config.trust_coefficient = 0.001  # lars: the trust ratio's coefficient (eta)
+  config.layer_decay = 1.0  # ViT fine-tuning: encoder block i's rate times layer_decay^(depth - i), the head's at full rate; 1: off
+  config.weight_decay = 1e-4  # decoupled for adamw and lamb, L2 (added to the gradient) for sgd and lars; not on biases or norms
   config.label_smoothing = 0.0  # label smoothing for the cross-entropy
   config.mixup_alpha = 0.0  # mixup Beta(alpha, alpha) mixing; 0: off
   config.grad_accum_steps = 1  # micro-batches per step (gradient accumulation)

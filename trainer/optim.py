@@ -1,8 +1,12 @@
 """Learning-rate schedule and optimiser, both from the config."""
 
+import re
+
 import jax
 import ml_collections
 import optax
+
+from trainer import validation
 
 
 def peak_learning_rate(config: ml_collections.ConfigDict) -> float:
@@ -25,6 +29,12 @@ def create_learning_rate_fn(config: ml_collections.ConfigDict,
   warmup = min(warmup_steps(config, steps_per_epoch), total_steps)
   if config.lr_schedule == 'constant':
     after = optax.constant_schedule(peak)
+  elif config.lr_schedule == 'step':
+    # Goyal et al.: the rate falls by lr_step_factor at each epoch of
+    # lr_step_epochs, counted from the start of training (warm-up included).
+    boundaries = {max(int(round(e * steps_per_epoch)) - warmup, 1): config.lr_step_factor
+                  for e in validation.parse_step_epochs(config.lr_step_epochs)}
+    after = optax.piecewise_constant_schedule(peak, boundaries)
   else:
     after = optax.cosine_decay_schedule(peak, max(total_steps - warmup, 1))
   if warmup == 0:
@@ -57,6 +67,58 @@ def decay_mask(params):
       lambda path, p: p.ndim > 1 and not _names(path) & set(_NO_DECAY_NAMES), params)
 
 
+_BLOCK = re.compile(r'encoderblock_(\d+)')
+# Before the first encoder block: layer 0 (BEiT's and MAE's layer-wise decay).
+_EMBEDDING_NAMES = frozenset({'embedding', 'pos_embedding', 'cls'})
+
+
+def layer_ids(params):
+  """Each ViT parameter's layer: 0 for the embeddings, i + 1 for encoder
+  block i, depth + 1 for the final norm and the head."""
+  paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+
+  def block(path):
+    for name in _names(path):
+      match = _BLOCK.fullmatch(name)
+      if match:
+        return int(match.group(1))
+    return None
+
+  depth = 1 + max((b for b in map(block, paths) if b is not None), default=-1)
+
+  def layer(path, _):
+    b = block(path)
+    if b is not None:
+      return b + 1
+    return 0 if _names(path) & _EMBEDDING_NAMES else depth + 1
+
+  return jax.tree_util.tree_map_with_path(layer, params), depth
+
+
+def scale_by_layer_decay(decay: float) -> optax.GradientTransformation:
+  """Layer-wise learning-rate decay for fine-tuning (BEiT, MAE): layer l's
+  update is multiplied by decay ** (depth + 1 - l), so the head learns at
+  the full rate and the embeddings at decay ** (depth + 1)."""
+
+  def scale(updates, params=None):
+    del params
+    ids, depth = layer_ids(updates)
+    return jax.tree.map(lambda u, l: u * decay ** (depth + 1 - l), updates, ids)
+
+  return optax.stateless(scale)
+
+
+def _lamb(config, learning_rate_fn):
+  """LAMB (You et al. 2020) with its weight decay and trust ratio both
+  skipping biases and norm parameters (optax.lamb applies the trust ratio to
+  every parameter)."""
+  return optax.chain(
+      optax.scale_by_adam(b1=config.momentum, b2=0.999, eps=1e-6),
+      optax.add_decayed_weights(config.weight_decay, decay_mask),
+      optax.masked(optax.scale_by_trust_ratio(), decay_mask),
+      optax.scale_by_learning_rate(learning_rate_fn))
+
+
 def create_optimizer(config: ml_collections.ConfigDict, learning_rate_fn,
                      clip: bool = True):
   """The optax chain; clip=False keeps clipping's place with an identity
@@ -72,7 +134,19 @@ def create_optimizer(config: ml_collections.ConfigDict, learning_rate_fn,
       parts.append(optax.add_decayed_weights(config.weight_decay, decay_mask))
     parts.append(optax.sgd(learning_rate_fn, momentum=config.momentum,
                            nesterov=config.nesterov))
+  elif config.optimizer == 'lars':
+    # You et al. 2017, as the MLPerf ResNet-50 references run it: weight
+    # decay and the trust ratio skip biases and batch-norm parameters.
+    parts.append(optax.lars(learning_rate_fn, weight_decay=config.weight_decay,
+                            weight_decay_mask=decay_mask,
+                            trust_coefficient=config.trust_coefficient,
+                            trust_ratio_mask=decay_mask, momentum=config.momentum,
+                            nesterov=config.nesterov))
+  elif config.optimizer == 'lamb':
+    parts.append(_lamb(config, learning_rate_fn))
   else:
     parts.append(optax.adamw(learning_rate_fn, b1=config.momentum, b2=0.999,
                              weight_decay=config.weight_decay, mask=decay_mask))
+  if config.layer_decay != 1.0:
+    parts.append(scale_by_layer_decay(config.layer_decay))
   return optax.chain(*parts)

@@ -13,9 +13,9 @@ from configs import schema
 from configs.errors import UsageError
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
-OPTIMIZERS = ('sgd', 'adamw')
+OPTIMIZERS = ('sgd', 'adamw', 'lars', 'lamb')
 LR_SCALINGS = ('linear', 'none')
-LR_SCHEDULES = ('cosine', 'constant')
+LR_SCHEDULES = ('cosine', 'constant', 'step')
 ENGINES = ('spmd', 'ps', 'allreduce')
 ALLREDUCE_ALGORITHMS = ('ring', 'hierarchical')
 STUDY_ENGINES = ('ps', 'allreduce')  # the emulated engines, whose links the study paces
@@ -147,6 +147,41 @@ def _check_optimizer(config: ml_collections.ConfigDict) -> None:
     raise UsageError(f'mixup_alpha={config.mixup_alpha!r} must be >= 0 (0: off)')
   if not 0.0 <= config.momentum < 1.0:
     raise UsageError(f'momentum={config.momentum!r} must be in [0, 1)')
+  _check_large_batch_keys(config)
+
+
+def _check_large_batch_keys(config: ml_collections.ConfigDict) -> None:
+  """The step schedule, LARS's trust coefficient and layer-wise decay."""
+  from models import registry  # pylint: disable=g-import-not-at-top
+  try:
+    epochs = parse_step_epochs(config.lr_step_epochs)
+  except ValueError:
+    epochs = None
+  if epochs is None or any(not math.isfinite(e) or e <= 0 for e in epochs) or \
+      epochs != sorted(set(epochs)):
+    raise UsageError(f'lr_step_epochs={config.lr_step_epochs!r} must be increasing '
+                     f'epochs > 0, comma-separated (e.g. 30,60,80)')
+  if not math.isfinite(config.lr_step_factor) or not 0 < config.lr_step_factor <= 1:
+    raise UsageError(f'lr_step_factor={config.lr_step_factor!r} must be in (0, 1]')
+  if not math.isfinite(config.trust_coefficient) or config.trust_coefficient <= 0:
+    raise UsageError(f'trust_coefficient={config.trust_coefficient!r} must be a '
+                     f'finite number > 0')
+  if not math.isfinite(config.layer_decay) or not 0 < config.layer_decay <= 1:
+    raise UsageError(f'layer_decay={config.layer_decay!r} must be in (0, 1] (1: off)')
+  if config.layer_decay != 1 and not registry.is_vit(config.model.name):
+    raise UsageError(f'layer_decay={config.layer_decay!r}: layer-wise decay is for '
+                     f'ViT models (their encoder blocks); model.name={config.model.name} '
+                     f'has none, use layer_decay=1')
+  if (config.optimizer in ('lars', 'lamb') and config.engine == 'ps'
+      and config.ps.partitioner != 'round_robin'):
+    raise UsageError(f'optimizer={config.optimizer} with engine=ps: the trust ratio '
+                     f'needs whole variables on each shard; set '
+                     f'ps.partitioner=round_robin')
+
+
+def parse_step_epochs(text: str) -> list[float]:
+  """lr_step_epochs as numbers (ValueError when one is not)."""
+  return [float(e) for e in text.split(',') if e.strip()]
   _one_of('nonfinite', config.nonfinite, NONFINITE)
 
 
