@@ -22,6 +22,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.width = 0  # base width (ResNet stem channels); 0: published width
   config.model.depth = 0  # ViT: encoder blocks; 0: the published depth (other models: 0 only)
   config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
+  config.model.drop_path_rate = 0.0  # ResNet, ViT: stochastic depth of the last block, rising linearly from 0 at the first; training only
+  config.model.dropout_rate = 0.0  # ViT: dropout after the embeddings, attention output and MLP layers; training only
   config.model.bn_group_size = 0  # batch-norm statistics over groups of G examples (32 per worker in large-batch ImageNet); 0: the whole batch
   config.model.conv_form = 'auto'  # how convolutions compute (models/conv_forms.py): auto (by_shape on CPU, xla elsewhere), xla, patches, by_shape; same parameters and results
 

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from models import batch_norm as batch_norm_lib
 from models import conv_forms
+from models import drop_path as drop_path_lib
 from models import remat as remat_lib
 
 # He et al. (2015) init for ReLU networks, fan_out as in torchvision.
@@ -73,6 +74,7 @@ class BasicBlock(nn.Module):
   dtype: Any = jnp.float32
   bn_group_size: int = 0
   conv_form: str = 'xla'
+  drop_path: float = 0.0  # stochastic depth of the residual branch
 
   @nn.compact
   def __call__(self, x, train: bool):
@@ -82,6 +84,7 @@ class BasicBlock(nn.Module):
     # Zero-init of the last scale makes each block start as the identity,
     # which lets large batches train stably (Goyal et al. 2017).
     y = _batch_norm(train, self.dtype, self.bn_group_size, zero_init=True)(y)
+    y = drop_path_lib.DropPath(self.drop_path)(y, deterministic=not train)
     return nn.relu(_shortcut(x, y, self.strides, train, self.dtype, self.bn_group_size,
                              self.conv_form) + y)
 
@@ -93,6 +96,7 @@ class Bottleneck(nn.Module):
   dtype: Any = jnp.float32
   bn_group_size: int = 0
   conv_form: str = 'xla'
+  drop_path: float = 0.0  # stochastic depth of the residual branch
 
   @nn.compact
   def __call__(self, x, train: bool):
@@ -102,6 +106,7 @@ class Bottleneck(nn.Module):
     y = nn.relu(_batch_norm(train, self.dtype, self.bn_group_size)(y))
     y = _conv(self.filters * 4, 1, 1, self.dtype, conv_form=self.conv_form)(y)
     y = _batch_norm(train, self.dtype, self.bn_group_size, zero_init=True)(y)
+    y = drop_path_lib.DropPath(self.drop_path)(y, deterministic=not train)
     return nn.relu(_shortcut(x, y, self.strides, train, self.dtype, self.bn_group_size,
                              self.conv_form) + y)
 
@@ -122,6 +127,8 @@ class ResNet(nn.Module):
       0: over the whole batch (models/batch_norm.py).
     conv_form: how convolutions are computed (models/conv_forms.py); the
       parameters and results do not depend on it.
+    drop_path_rate: stochastic depth of the last block; block i of n drops
+      its residual branch with drop_path_rate * i / (n - 1) in training.
   """
   stage_sizes: Sequence[int]
   block_cls: Callable[..., nn.Module]
@@ -131,6 +138,7 @@ class ResNet(nn.Module):
   remat: str = 'none'
   bn_group_size: int = 0
   conv_form: str = 'xla'
+  drop_path_rate: float = 0.0
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -147,13 +155,14 @@ class ResNet(nn.Module):
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
 
+    rates = iter(drop_path_lib.linear_rates(self.drop_path_rate, sum(self.stage_sizes)))
     for stage, num_blocks in enumerate(self.stage_sizes):
       for block in range(num_blocks):
         strides = 2 if stage > 0 and block == 0 else 1
         x = block_cls(
             filters=self.width * 2**stage, strides=strides, dtype=self.dtype,
             bn_group_size=self.bn_group_size, conv_form=self.conv_form,
-            name=f'stage{stage + 1}_block{block + 1}')(x, train)
+            drop_path=next(rates), name=f'stage{stage + 1}_block{block + 1}')(x, train)
       x = nn.with_logical_constraint(x, _ACTIVATION_AXES)
 
     # Pool and classify in float32: the reduction and the logits are cheap

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from models import conv_forms
+from models import drop_path as drop_path_lib
 from models import remat as remat_lib
 
 _lp = nn.with_logical_partitioning
@@ -84,12 +85,13 @@ class SelfAttention(nn.Module):
 
 
 class MlpBlock(nn.Module):
-  """Dense -> GELU -> Dense."""
+  """Dense -> GELU -> dropout -> Dense -> dropout."""
   mlp_dim: int
   dtype: Any = jnp.float32
+  dropout_rate: float = 0.0
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, deterministic: bool = True):
     hidden = x.shape[-1]
     # Tiny non-zero biases, as in big_vision, so no unit starts exactly dead.
     bias_init = nn.initializers.normal(stddev=1e-6)
@@ -97,26 +99,33 @@ class MlpBlock(nn.Module):
         self.mlp_dim, dtype=self.dtype, param_dtype=jnp.float32,
         kernel_init=_lp(nn.initializers.xavier_uniform(), ('embed', 'mlp')),
         bias_init=_lp(bias_init, ('mlp',)), name='fc1')(x)
-    x = nn.gelu(x)
-    return nn.Dense(
+    x = nn.Dropout(self.dropout_rate)(nn.gelu(x), deterministic=deterministic)
+    x = nn.Dense(
         hidden, dtype=self.dtype, param_dtype=jnp.float32,
         kernel_init=_lp(nn.initializers.xavier_uniform(), ('mlp', 'embed')),
         bias_init=_lp(bias_init, ('embed',)), name='fc2')(x)
+    return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
 
 
 class EncoderBlock(nn.Module):
-  """Pre-LN transformer block: x + MHA(LN(x)), then x + MLP(LN(x))."""
+  """Pre-LN transformer block: x + MHA(LN(x)), then x + MLP(LN(x)); each
+  branch with dropout and stochastic depth in training."""
   num_heads: int
   mlp_dim: int
   dtype: Any = jnp.float32
+  dropout_rate: float = 0.0
+  drop_path: float = 0.0
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, train: bool = False):
+    deterministic = not train
     y = SelfAttention(self.num_heads, self.dtype, name='attention')(
         _layer_norm(self.dtype, name='ln1')(x))
-    x = x + y
-    y = MlpBlock(self.mlp_dim, self.dtype, name='mlp')(
-        _layer_norm(self.dtype, name='ln2')(x))
+    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    x = x + drop_path_lib.DropPath(self.drop_path)(y, deterministic=deterministic)
+    y = MlpBlock(self.mlp_dim, self.dtype, self.dropout_rate, name='mlp')(
+        _layer_norm(self.dtype, name='ln2')(x), deterministic)
+    y = drop_path_lib.DropPath(self.drop_path)(y, deterministic=deterministic)
     return nn.with_logical_constraint(x + y, _RESIDUAL_AXES)
 
 
@@ -134,6 +143,10 @@ class ViT(nn.Module):
     dtype: compute dtype; parameters are always float32.
     remat: 'none', 'full' or 'dots' (models/remat.py): what each block
       recomputes in the backward pass.
+    dropout_rate: dropout after the embeddings, the attention output and
+      both MLP layers, in training.
+    drop_path_rate: stochastic depth of the last block; block i of n drops
+      each residual branch with drop_path_rate * i / (n - 1) in training.
   """
   num_classes: int
   patch_size: int = 16
@@ -145,12 +158,14 @@ class ViT(nn.Module):
   dtype: Any = jnp.float32
   remat: str = 'none'
   conv_form: str = 'xla'  # the patch embedding's (models/conv_forms.py)
+  dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
 
   @nn.compact
   def __call__(self, x, *, train: bool):
-    del train  # No dropout and no batch statistics: train and eval agree.
     self._check(x.shape)
-    block_cls = remat_lib.wrap(EncoderBlock, self.remat)
+    # `train` selects code paths, so it is static under remat (self is 0).
+    block_cls = remat_lib.wrap(EncoderBlock, self.remat, static_argnums=(2,))
 
     x = nn.Conv(
         self.hidden_size, (self.patch_size, self.patch_size),
@@ -174,10 +189,12 @@ class ViT(nn.Module):
             (None, None, 'embed')),
         (1, x.shape[1], self.hidden_size), jnp.float32)
     x = nn.with_logical_constraint(x + pos.astype(self.dtype), _RESIDUAL_AXES)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
 
+    rates = drop_path_lib.linear_rates(self.drop_path_rate, self.depth)
     for i in range(self.depth):
-      x = block_cls(self.num_heads, self.mlp_dim, self.dtype,
-                    name=f'encoderblock_{i}')(x)
+      x = block_cls(self.num_heads, self.mlp_dim, self.dtype, self.dropout_rate,
+                    rates[i], name=f'encoderblock_{i}')(x, train)
     x = _layer_norm(self.dtype, name='encoder_norm')(x)
 
     # The head reads the class token in float32; zero-init (big_vision) makes

@@ -65,11 +65,15 @@ def conv_form(config) -> str:
 
 
 def create_model(config, num_classes: int) -> nn.Module:
+  # Only the models that have them take the regularisation fields
+  # (validation refuses them for the others).
+  regularisation = {key: config.model[key] for key in ('drop_path_rate', 'dropout_rate')
+                    if config.model[key]}
   return registry.create_model(
       config.model.name, num_classes=num_classes, dtype=config.model.dtype,
       width=config.model.width, depth=config.model.depth, remat=config.model.remat,
       bn_group_size=config.model.bn_group_size,
-      image_size=config.data.image_size, conv_form=conv_form(config))
+      image_size=config.data.image_size, conv_form=conv_form(config), **regularisation)
 
 
 def resolve_num_classes(config, dataset) -> int:

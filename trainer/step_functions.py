@@ -46,16 +46,24 @@ def top_k_correct(logits: jax.Array, labels: jax.Array, k: int) -> jax.Array:
   return jnp.any(top == labels[:, None], axis=-1).astype(jnp.float32)
 
 
-def _apply(model, params, batch_stats, images, *, train: bool):
+def _apply(model, params, batch_stats, images, *, train: bool, dropout_rng=None):
   """Runs the model; returns logits and (updated) batch statistics."""
   variables = {'params': params}
   if batch_stats:
     variables['batch_stats'] = batch_stats
+  rngs = {'dropout': dropout_rng} if dropout_rng is not None else None
   if train and batch_stats:
-    logits, updates = model.apply(variables, images, train=True,
+    logits, updates = model.apply(variables, images, train=True, rngs=rngs,
                                   mutable=['batch_stats'])
     return logits, updates['batch_stats']
-  return model.apply(variables, images, train=train), batch_stats
+  return model.apply(variables, images, train=train, rngs=rngs), batch_stats
+
+
+def uses_dropout(model) -> bool:
+  """Whether training draws random numbers in the model (dropout, drop path);
+  a model without them gets no random stream, so its program is unchanged."""
+  return (getattr(model, 'dropout_rate', 0.0) > 0 or
+          getattr(model, 'drop_path_rate', 0.0) > 0)
 
 
 def _micro_batches(x: jax.Array, k: int) -> jax.Array:
@@ -90,34 +98,41 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
     images = jnp.where(step == nan_at_step, jnp.nan, images)
   labels = batch['label']
   targets = soft_targets(labels, model.num_classes, label_smoothing)
+  # The step's random numbers are functions of (seed, step) alone, so a
+  # resumed run draws what the uninterrupted one drew.
+  step_rng = jax.random.fold_in(jax.random.key(seed), step)
   if mixup_alpha > 0:
-    rng = jax.random.fold_in(jax.random.key(seed), step)
-    images, targets = mixup(rng, images, targets, mixup_alpha)
+    images, targets = mixup(step_rng, images, targets, mixup_alpha)
+  dropout_rng = jax.random.fold_in(step_rng, 1) if uses_dropout(model) else None
 
-  def loss_fn(p, batch_stats, images, targets):
+  def loss_fn(p, batch_stats, images, targets, dropout_rng):
     if param_hook is not None:
       p = param_hook(p)
-    logits, batch_stats = _apply(model, p, batch_stats, images, train=True)
+    logits, batch_stats = _apply(model, p, batch_stats, images, train=True,
+                                 dropout_rng=dropout_rng)
     loss = optax.softmax_cross_entropy(logits.astype(jnp.float32), targets).mean()
     return loss, (logits, batch_stats)
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   if grad_accum_steps == 1:
     (loss, (logits, batch_stats)), grads = grad_fn(
-        params, batch_stats, images, targets)
+        params, batch_stats, images, targets, dropout_rng)
   else:
     k = grad_accum_steps
 
     def accumulate(carry, micro):
       grads_sum, loss_sum, batch_stats = carry
-      (loss, (logits, batch_stats)), grads = grad_fn(params, batch_stats, *micro)
+      images, targets, index = micro
+      rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, index)
+      (loss, (logits, batch_stats)), grads = grad_fn(params, batch_stats, images,
+                                                     targets, rng)
       grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
       return (grads_sum, loss_sum + loss, batch_stats), logits
 
     zeros = jax.tree.map(jnp.zeros_like, params)
     (grads, loss, batch_stats), logits = jax.lax.scan(
         accumulate, (zeros, jnp.zeros(()), batch_stats),
-        (_micro_batches(images, k), _micro_batches(targets, k)))
+        (_micro_batches(images, k), _micro_batches(targets, k), jnp.arange(k)))
     grads = jax.tree.map(lambda g: g / k, grads)
     loss = loss / k
     labels = _micro_batches(labels, k).reshape(-1)

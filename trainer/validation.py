@@ -93,6 +93,17 @@ def _check_model(config: ml_collections.ConfigDict) -> None:
   _at_least('model.num_classes', model.num_classes, 0)
   _at_least('model.width', model.width, 0)
   _at_least('model.depth', model.depth, 0)
+  for key in ('drop_path_rate', 'dropout_rate'):
+    if not math.isfinite(model[key]) or not 0 <= model[key] < 1:
+      raise UsageError(f'model.{key}={model[key]!r} must be in [0, 1) (0: off)')
+  if model.drop_path_rate and not (registry.is_vit(model.name) or
+                                   model.name.startswith('resnet')):
+    raise UsageError(f'model.drop_path_rate={model.drop_path_rate!r}: stochastic depth '
+                     f'is for ResNet and ViT models; {model.name} has no residual '
+                     f'blocks, use 0')
+  if model.dropout_rate and not registry.is_vit(model.name):
+    raise UsageError(f'model.dropout_rate={model.dropout_rate!r}: dropout is for ViT '
+                     f'models; use 0 with {model.name}')
   if model.depth and not registry.is_vit(model.name):
     raise UsageError(f'model.depth={model.depth}: only ViT models take '
                      f'a depth; {model.name} has its depth in its name')
