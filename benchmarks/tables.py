@@ -149,12 +149,33 @@ def step_parts(records) -> list[Table]:
 
 
 def memory_table(records) -> list[Table]:
-  header = ['model', 'mesh', 'batch', 'params + opt state per device (GiB)',
-            'x (replicated / 8)', 'temporaries (GiB)', 'peak (GiB)']
-  rows = [[r['model'], r['mesh_name'], _f(r['batch_size'], 'd'),
-           _f(r['state_per_device_gib'], '.3f'), _f(r['state_vs_replicated_over_8'], '.3f'),
-           _f(r['temporaries_gib'], '.3f'), _f(r['peak_gib'], '.3f')] for r in records]
-  return [(header, rows)]
+  """The compiles; for a recipe sweep, per batch per device, then its fits."""
+  compiles = [r for r in records if 'fit' not in r]
+  if not any('per_device_batch' in r for r in compiles):
+    header = ['model', 'mesh', 'batch', 'params + opt state per device (GiB)',
+              'x (replicated / 8)', 'temporaries (GiB)', 'peak (GiB)']
+    rows = [[r['model'], r['mesh_name'], _f(r['batch_size'], 'd'),
+             _f(r['state_per_device_gib'], '.3f'), _f(r['state_vs_replicated_over_8'], '.3f'),
+             _f(r['temporaries_gib'], '.3f'), _f(r['peak_gib'], '.3f')] for r in compiles]
+    return [(header, rows)]
+  header = ['model', 'mesh', 'dtype', 'batch per device', 'params (GiB)',
+            'opt state (GiB)', 'temporaries (GiB)', 'peak (GiB)', 'compile s']
+  rows = [[r['model'], r['mesh_name'], r['dtype'], _f(r['per_device_batch'], 'd'),
+           _f(r['params_gib'], '.3f'), _f(r['opt_state_gib'], '.3f'),
+           _f(r['temporaries_gib'], '.3f'), _f(r['peak_gib'], '.3f'),
+           _f(r['compile_s'], '.1f')] for r in compiles]
+  fit_header = ['model', 'peak (GiB) = a + b x batch per device', 'fit batches',
+                'largest residual (GiB)', 'device GB', 'pool x (1 - margin)',
+                'budget (GiB)', 'largest batch per device', 'its peak (GiB)']
+  fit_rows = [[r['model'], f"{r['peak_intercept_gib']:.3f} + "
+               f"{r['peak_slope_gib_per_example']:.4f} x",
+               ', '.join(map(str, r['fit_batches'])), _f(r['fit_max_residual_gib'], '.3f'),
+               _f(r['capacity_gb'], 'g'),
+               f"{r.get('mem_fraction', r.get('jax_mem_fraction')):g} x (1 - {r['margin']:g})",
+               _f(r['budget_gib'], '.2f'),
+               _f(r['largest_per_device_batch'], 'd'), _f(r['confirmed_peak_gib'], '.3f')]
+              for r in records if 'fit' in r]
+  return [(header, rows), (fit_header, fit_rows)]
 
 
 def multiprocess(records) -> list[Table]:

@@ -198,7 +198,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.debug = ml_collections.ConfigDict()
   config.debug.nan_at_step = -1  # make the loss of this step NaN; -1: off
   config.debug.fail_at_step = -1  # raise an error after this step; -1: off
-  config.debug.pause_at_step = -1  # after this step, wait for SIGINT/SIGTERM (then save and stop); -1: off
+  config.debug.pause_at_step = -1  # after this step, wait for SIGINT/SIGTERM (then save and stop); at an evaluated step, and in --mode=eval of its checkpoint, in the evaluation after batch 1; -1: off
   config.debug.fail_process = 0  # ... on this process (-1: on every one)
 
   return config

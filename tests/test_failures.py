@@ -1,16 +1,20 @@
-"""Failures mid-run: non-finite losses, SIGKILL at any moment, a full disk."""
+"""Failures mid-run: non-finite losses, SIGKILL at any moment, a full disk,
+a stop in the middle of an evaluation."""
 
 import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tests.helpers import REPO, run_main, xla_flags
 from tests.test_end_to_end import StderrLines, tiny_synthetic_run_flags
+from trainer import checkpointing
 from trainer import metrics_log
 
 
@@ -131,3 +135,68 @@ def test_a_full_disk_is_recognised_in_oserrors_and_in_tensorstore_messages():
   assert train._disk_full_cause(wrapped) == 'No space left on device'
   assert train._disk_full_cause(OSError(errno.EDQUOT, 'Disk quota exceeded')) == (
       'Disk quota exceeded')
+
+
+def _eval_steps(workdir):
+  return [r['step'] for r in metrics_log.read(workdir) if r['split'] == 'eval']
+
+
+def _signal_when(process, line, sig=signal.SIGTERM):
+  """Sends `sig` once the run has logged `line`; (exit code, stderr,
+  seconds from the signal to the exit)."""
+  stderr = StderrLines(process)
+  stderr.wait_for(line)
+  process.send_signal(sig)
+  sent = time.monotonic()
+  process.wait(timeout=300)
+  return process.returncode, stderr.text(), time.monotonic() - sent
+
+
+def test_sigterm_during_an_evaluation_saves_that_step_and_the_rerun_evaluates_it_first(
+    tmp_path):
+  # 10 eval batches of 64 at steps 4 and 8; the pause (debug.pause_at_step)
+  # holds the evaluation after its first batch until the signal comes.
+  workdir = str(tmp_path / 'run')
+  flags = tiny_synthetic_run_flags(**{'checkpoint.keep_best': 'true',
+                                      'checkpoint.every_steps': 100})
+  paused_in_eval = lambda step: f'Paused at step {step} in its evaluation, after batch 1'
+
+  # 1. Stopped in the evaluation of step 4: saved at 4, exit 75, no result
+  # of the partial pass (no eval record, no best checkpoint).
+  code, stderr, _ = _signal_when(run_main(f'--workdir={workdir}', *flags,
+                                          '--config.debug.pause_at_step=4',
+                                          background=True), paused_in_eval(4))
+  assert code == 75, stderr[-3000:]
+  assert 'Evaluation stopped after batch 1/10' in stderr
+  assert checkpointing.all_steps(workdir) == [4]
+  assert _eval_steps(workdir) == [] and checkpointing.best_steps(workdir) == []
+  before = open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8').read()
+
+  # 2. --mode=eval of it, stopped mid-pass: exit 75 at once, nothing written.
+  code, stderr, took_s = _signal_when(
+      run_main(f'--workdir={workdir}', '--mode=eval', '--config.debug.pause_at_step=4',
+               background=True), paused_in_eval(4))
+  assert code == 75 and took_s < 30, (took_s, stderr[-3000:])
+  assert stderr.strip().splitlines()[-1] == (
+      'stopped by SIGTERM during the evaluation of step 4 (nothing written); '
+      'rerun the same command')
+  assert open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8').read() == before
+  assert checkpointing.best_steps(workdir) == []
+
+  # 3. The same command: step 4 is evaluated before training goes on, and
+  # this time the final evaluation (step 8) is stopped.
+  code, stderr, _ = _signal_when(run_main(f'--workdir={workdir}',
+                                          '--config.debug.pause_at_step=8',
+                                          background=True), paused_in_eval(8))
+  assert code == 75, stderr[-3000:]
+  records = [(r['step'], r['split']) for r in metrics_log.read(workdir)]
+  assert records.index((4, 'eval')) < records.index((6, 'train'))
+  assert _eval_steps(workdir) == [4]
+  assert checkpointing.all_steps(workdir) == [4, 8]
+  assert checkpointing.best_steps(workdir) == [4]  # a result, so a candidate
+
+  # 4. A rerun that finds the last step saved evaluates it, once, and ends.
+  result = run_main(f'--workdir={workdir}', '--config.debug.pause_at_step=-1')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Evaluating step 8 again' in result.stderr
+  assert _eval_steps(workdir) == [4, 8]

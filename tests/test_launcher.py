@@ -184,15 +184,17 @@ def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(tmp_pat
     1. SIGTERM before the first step (process 0 waiting for its peer in the
        distributed init, its coordinator listening on loopback only): exit
        75 at once, no checkpoint;
-    2. SIGKILL to the launcher while both processes are paused at step 4:
-       both get SIGTERM from the kernel, save step 4 and exit;
-    3. SIGTERM to one process only: the other stops at the same step;
+    2. SIGKILL to the launcher while both processes are paused in the
+       evaluation of step 4: both get SIGTERM from the kernel, leave the
+       pass at the same batch, save step 4 without its eval record and exit;
+    3. SIGTERM to one process only: the other stops at the same step (the
+       rerun first evaluates step 4);
     4. the rest of the run.
   The runs' lengths differ; the learning rate is constant, so the steps
   compute the same whatever the length.
   """
   flags = lambda steps: tiny_synthetic_run_flags(
-      num_train_steps=steps, log_every_steps=1, eval_every_steps=100,
+      num_train_steps=steps, log_every_steps=1, eval_every_steps=4,
       **{'checkpoint.every_steps': 100, 'runtime.agree_every_steps': 2})
   interrupted = str(tmp_path / 'interrupted')
 
@@ -218,12 +220,13 @@ def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(tmp_pat
   run = launch(f'--workdir={interrupted}', *flags(1000), '--config.debug.pause_at_step=4',
                devices=1, background=True)
   pids = run.pids()
-  run.wait_for(r'^\[p(\d)\] .*Paused at step 4', count=2)
+  run.wait_for(r'^\[p(\d)\] .*Paused at step 4 in its evaluation', count=2)
   run.process.kill()
   _wait_until_gone(pids)
   run.finish()
   assert checkpointing.all_steps(interrupted) == [4]
   assert max(_losses(interrupted)) == 4
+  assert _records(interrupted, 'eval') == []
 
   # 3. SIGTERM to one process only: the other stops at the same step too.
   run = launch(f'--workdir={interrupted}', *flags(1000), '--config.debug.pause_at_step=-1',
@@ -233,6 +236,7 @@ def test_preemption_stops_both_processes_at_one_step_and_resumes_bitwise(tmp_pat
   os.kill(pids[1], signal.SIGTERM)
   code, stdout, stderr = run.finish()
   assert code == 75, stderr[-3000:]
+  assert [r['step'] for r in _records(interrupted, 'eval')][:1] == [4]
   stop = max(_losses(interrupted))
   assert stop > 4 and stop % 2 == 0  # an agreement step
   assert _saved_steps(stdout, 0) == _saved_steps(stdout, 1) == [stop]

@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import time
+from typing import Callable
 
 from absl import logging
 import jax
@@ -16,6 +17,7 @@ from trainer import agreement
 from trainer import checkpointing
 from trainer import device_input
 from trainer import experiment
+from trainer import preemption
 from trainer import progress
 from trainer import step_functions
 from trainer import validation
@@ -30,12 +32,21 @@ def compile_eval_step(exp: experiment.Experiment):
   return fn
 
 
-def run_evaluation(exp: experiment.Experiment, eval_fn, state) -> dict:
+def run_evaluation(exp: experiment.Experiment, eval_fn, state,
+                   stop_agreed: Callable[[int], bool] | None = None) -> dict | None:
   """Top-1/top-5/loss over every eval example exactly once.
 
   The batches are prefetched to the devices and the sums stay there until
   the pass ends, so the host never waits for a batch's result before
   dispatching the next.
+
+  stop_agreed(batches_done), asked before the first batch and between
+  batches, ends the pass when it says True: then the result is None and
+  nothing of the partial pass is kept (a preemption must not wait for a
+  pass of minutes, and a part of the split is no result). In a run of
+  several processes it must answer alike on every process (train.py agrees
+  on it), or one would leave the pass while another waits in the next
+  batch's collectives.
   """
   batches = device_input.DevicePrefetcher(
       exp.dataset.eval_batches(), exp.batch_sharding,
@@ -45,9 +56,13 @@ def run_evaluation(exp: experiment.Experiment, eval_fn, state) -> dict:
   started, every = time.monotonic(), progress.Every(_PROGRESS_EVERY_S)
   total = exp.dataset.num_eval_batches
   with exp.tracing_context():
+    if stop_agreed is not None and stop_agreed(0):
+      return _stopped(0, total)
     for done, batch in enumerate(batches, start=1):
       sums = eval_fn(state, batch)
       totals = sums if totals is None else _add_sums(totals, sums)
+      if done < total and stop_agreed is not None and stop_agreed(done):
+        return _stopped(done, total)
       if done < total and every.due():
         logging.info('evaluating: batch %d/%d, %s', done, total,
                      progress.eta_text(done, total, time.monotonic() - started))
@@ -66,6 +81,10 @@ def run_evaluation(exp: experiment.Experiment, eval_fn, state) -> dict:
       'num_examples': count,
       'num_unreadable': unreadable,
   }
+
+
+def _stopped(done: int, total: int) -> None:
+  logging.warning('Evaluation stopped after batch %d/%d: no result is kept', done, total)
 
 
 @jax.jit
@@ -130,7 +149,14 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
                            eval_checkpoint=f'{os.path.basename(directory)}/{step}')
   state = checkpointing.restore_weights(directory, step, exp.abstract_state)
   exp = weights_only(exp)
-  summary = {'step': step, **run_evaluation(exp, compile_eval_step(exp), state)}
+  # A stop signal ends this process at once, with exit 75 (main.py), as in
+  # start-up: it has written nothing, so there is nothing to agree on. The
+  # launcher (or the cluster's) signals every process; one stopped alone
+  # leaves its peers waiting in a collective until launch.py stops them
+  # too (cli/launcher.py).
+  preemption.during_evaluation(step)
+  summary = {'step': step, **run_evaluation(exp, compile_eval_step(exp), state,
+                                            _debug_pause(config, step))}
   if summary['num_unreadable']:
     # Named here, not in unreadable_files.txt: eval writes nothing there.
     names = sorted(set().union(*exp.dataset.unreadable_examples().values()))
@@ -140,3 +166,20 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
   logging.info('Evaluated step %d: top-1 %.4f, top-5 %.4f over %d examples',
                step, summary['accuracy'], summary['top5'], summary['num_examples'])
   return summary
+
+
+def _debug_pause(config, step: int) -> Callable[[int], bool] | None:
+  """debug.pause_at_step=STEP in --mode=eval: the tests' way to signal an
+  evaluation mid-pass. After the first batch of checkpoint STEP's pass, it
+  waits for the stop signal, which ends the process (main.py)."""
+  if config.debug.pause_at_step != step:
+    return None
+
+  def pause(batches_done: int) -> bool:
+    if batches_done == 1:
+      logging.warning('Paused at step %d in its evaluation, after batch 1 '
+                      '(debug.pause_at_step) until a stop signal', step)
+      while True:
+        time.sleep(0.01)
+    return False
+  return pause

@@ -12,7 +12,11 @@ Two phases, one owner of the signals at a time:
     by the signal itself (signal.set_wakeup_fd), ends the process after
     _UNWIND_S if the main thread is still held in native code;
   - the training loop (`StopRequest`, created just before it): the signal
-    asks the loop to finish the current step, save and exit 75.
+    asks the loop to finish the current step (or the current eval batch),
+    save and exit 75.
+--mode=eval keeps the start-up phase to its end: it writes nothing, so a
+stop there loses only the pass, and leaves at once (`during_evaluation`
+changes the line it ends with).
 `StopRequest` takes the signals over from the start-up guard and, when the
 loop ends, restores the handlers that were there before either.
 """
@@ -40,9 +44,11 @@ class StoppedBeforeStart(BaseException):
   """
 
 
-def stopped_before_start_message(signum: int) -> str:
-  return (f'stopped by {signal.Signals(signum).name} before any step was trained '
-          '(nothing to save); rerun the same command')
+_BEFORE_TRAINING = 'before any step was trained (nothing to save)'
+
+
+def stopped_before_start_message(signum: int, when: str = _BEFORE_TRAINING) -> str:
+  return f'stopped by {signal.Signals(signum).name} {when}; rerun the same command'
 
 
 class _StartUpGuard:
@@ -54,6 +60,7 @@ class _StartUpGuard:
     self.original_handlers = {}
     self.previous_wakeup_fd = -1
     self.wakeup_write_fd = -1
+    self.when = _BEFORE_TRAINING  # what the stop line says was cut short
 
   def arm(self) -> None:
     read_fd, self.wakeup_write_fd = os.pipe()
@@ -80,7 +87,7 @@ class _StartUpGuard:
   def _raise_in_main_thread(self, signum, frame):
     del frame
     if self.armed:
-      raise StoppedBeforeStart(stopped_before_start_message(signum))
+      raise StoppedBeforeStart(stopped_before_start_message(signum, self.when))
 
   def _end_if_held_in_native_code(self, read_fd: int) -> None:
     stop_numbers = {int(s) for s in STOP_SIGNALS}
@@ -96,7 +103,7 @@ class _StartUpGuard:
       with self.lock:
         if self.armed:
           try:  # like main.py's last line; stderr may be gone with the launcher
-            os.write(2, (stopped_before_start_message(signums[0]) + '\n').encode())
+            os.write(2, (stopped_before_start_message(signums[0], self.when) + '\n').encode())
           finally:
             os._exit(EXIT_PREEMPTED)  # pylint: disable=protected-access
     finally:
@@ -113,8 +120,15 @@ def stop_start_up_on_signal() -> None:
     _start_up.arm()
 
 
+def during_evaluation(step: int) -> None:
+  """--mode=eval: a stop from now on says it ended the evaluation of
+  checkpoint `step`, which wrote nothing."""
+  _start_up.when = f'during the evaluation of step {step} (nothing written)'
+
+
 class StopRequest:
-  """Set by SIGTERM/SIGINT; the loop checks it after each step.
+  """Set by SIGTERM/SIGINT; the loop checks it after each step and between
+  eval batches.
 
   The first signal asks the loop to finish the current step, save and exit
   (code 75, so that rerunning the command resumes). A second Ctrl-C aborts at

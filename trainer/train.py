@@ -33,6 +33,12 @@ class NonFiniteLoss(RunFailure):
   """The loss or the gradients of a step were not finite (nonfinite=stop)."""
 
 
+# A checkpoint's metadata key: True when a stop cut the evaluation of its
+# step short, so that the run resumed from it evaluates that step first.
+# Absent (older checkpoints) reads as False.
+EVAL_PENDING = 'eval_pending'
+
+
 @dataclasses.dataclass
 class TrainOutcome:
   step: int  # the step training stopped at
@@ -179,9 +185,27 @@ class _Interval:
 def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
                 tracer: profiling.StepTracer) -> TrainOutcome:
   exp, engine, config = run.exp, run.engine, run.exp.config
-  start_step = _start_engine(run, start)
+  start_step, meta = _start_engine(run, start)
   total = exp.total_steps
   eval_every = config.eval_every_steps or exp.steps_per_epoch
+  agreement = agreement_lib.Agreement(jax.process_count(),
+                                      config.runtime.agree_every_steps)
+  eval_metrics, eval_pending = None, bool(meta and meta.get(EVAL_PENDING))
+
+  # --- The evaluation a stop cut short: it runs again, on the state it was
+  # meant for, before training goes on (the final one, when the checkpoint
+  # is the last step's).
+  if eval_pending:
+    logging.info('Evaluating step %d again: a stop ended its evaluation', start_step)
+    eval_metrics = _evaluate(run, start_step, _eval_stop(run, stop, agreement, start_step))
+    if eval_metrics is None:  # checkpoint start_step still says it is pending
+      logging.warning('Stopped at step %d again, before its evaluation ended; '
+                      'rerun the same command to resume.', start_step)
+      return TrainOutcome(step=start_step, preempted=True, eval_metrics=None)
+    # Its checkpoint is saved, and every evaluated save is a best candidate.
+    run.checkpointer.save_if_best(start_step, engine.state(),
+                                  _checkpoint_meta(run, start_step),
+                                  eval_metrics['accuracy'])
 
   # --- Input: the stream is a pure function of (seed, step), so resuming at
   # start_step continues exactly where the interrupted run stopped.
@@ -191,9 +215,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
 
   # --- Loop: a step, then what is due after it (progress line, evaluation,
   # the processes' agreement, a save, a stop), in that order.
-  agreement = agreement_lib.Agreement(jax.process_count(),
-                                      config.runtime.agree_every_steps)
-  interval, eval_metrics, last_save = _Interval(start_step), None, time.monotonic()
+  interval, last_save = _Interval(start_step), time.monotonic()
   step = start_step
   while step < total:
     tracer.before_step(step)
@@ -206,7 +228,10 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
     evaluated = step % eval_every == 0 or step == total
     if evaluated:
       with interval.excluded():
-        eval_metrics = _evaluate(run, step)
+        metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step))
+      if metrics is None:  # a stop, agreed between eval batches
+        return _stop_after_save(run, interval, step, eval_metrics, eval_pending=True)
+      eval_metrics = metrics
     if step == config.debug.pause_at_step:
       _pause_until_stop_requested(step, stop)
     stop_now, save_due_by_clock = _agree(agreement, stop, config, step, last_save)
@@ -215,15 +240,16 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
         _save(run, interval, step, eval_metrics if evaluated else None)
       last_save = time.monotonic()
     if step < total and stop_now:
-      _save(run, interval, step)
-      run.checkpointer.wait()
-      logging.warning('Stopped at step %d after saving; rerun the same command '
-                      'to resume.', step)
-      return TrainOutcome(step=step, preempted=True, eval_metrics=eval_metrics)
+      return _stop_after_save(run, interval, step, eval_metrics,
+                              best_candidate=eval_metrics if evaluated else None)
 
-  if start_step >= total:
+  if start_step >= total and not eval_pending:
     logging.info('Already trained to step %d; evaluating the final state.', start_step)
-    eval_metrics = _evaluate(run, step)
+    eval_metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step))
+    if eval_metrics is None:  # nothing to save: the checkpoint is there
+      logging.warning('Stopped during the evaluation of the final step %d; '
+                      'rerun the same command to evaluate it.', step)
+      return TrainOutcome(step=step, preempted=True, eval_metrics=None)
   run.checkpointer.wait()
   if eval_metrics is not None:
     logging.info('Final eval at step %d: top-1 %.4f over %d examples',
@@ -231,8 +257,9 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
   return TrainOutcome(step=step, preempted=False, eval_metrics=eval_metrics)
 
 
-def _start_engine(run: _Run, start: run_start.Start) -> int:
-  """Hands the engine its initial state; returns the step it is at."""
+def _start_engine(run: _Run, start: run_start.Start) -> tuple[int, dict | None]:
+  """Hands the engine its initial state; returns the step it is at and the
+  metadata of the checkpoint it resumed from (None: a fresh state)."""
   # Restored (resume after preemption) or created sharded; the engine owns
   # it from here on.
   exp, config = run.exp, run.exp.config
@@ -242,7 +269,7 @@ def _start_engine(run: _Run, start: run_start.Start) -> int:
   logging.info('Mesh %s; engine %s; global batch %d; %d steps (%d per epoch); '
                'from step %d', dict(exp.mesh.shape), config.engine,
                config.batch_size, exp.total_steps, exp.steps_per_epoch, start_step)
-  return start_step
+  return start_step, meta
 
 
 def _fail_if_injected(config, step: int) -> None:
@@ -299,15 +326,43 @@ def _log_progress(run: _Run, interval: _Interval, step: int,
   return _Interval(step)
 
 
-def _evaluate(run: _Run, step: int) -> dict:
-  """Evaluates the engine's state; writes the eval record and logs it."""
-  eval_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, run.engine.state())
+def _evaluate(run: _Run, step: int, stop_agreed: Callable[[int], bool]) -> dict | None:
+  """Evaluates the engine's state; writes the eval record and logs it.
+  None, and nothing written, when a stop ended the pass (stop_agreed)."""
+  eval_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, run.engine.state(),
+                                         stop_agreed)
+  if eval_metrics is None:
+    return None
   run.unreadable_examples.update()
   run.log.write({'step': step, 'split': 'eval', **eval_metrics})
   logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
                step, eval_metrics['accuracy'], eval_metrics['top5'],
                eval_metrics['loss'], eval_metrics['num_examples'])
   return eval_metrics
+
+
+def _eval_stop(run: _Run, stop: preemption.StopRequest,
+               agreement: agreement_lib.Agreement, step: int) -> Callable[[int], bool]:
+  """run_evaluation's stop_agreed for the evaluation at `step`.
+
+  An eval batch is one SPMD program over every process's devices: a process
+  that left the pass while another ran the next batch would leave that one
+  waiting in its collectives for ever. So the stop is agreed as the training
+  loop agrees it, with the same all-gather at the same cadence, counted in
+  eval batches: every process asks before the same batches and gets the
+  same answer. Not after every batch: the all-gather waits for the batches
+  in flight, and every runtime.agree_every_steps batches keeps the host
+  dispatching ahead, while a stop still waits no longer than that many eval
+  batches (forward passes only, so shorter than as many train steps, the
+  loop's own bound). One process decides alone, after every batch, for free.
+  """
+  pause = step == run.exp.config.debug.pause_at_step
+
+  def stop_agreed(batches_done: int) -> bool:
+    if pause and batches_done == 1:
+      _pause_until_stop_requested(step, stop, 'in its evaluation, after batch 1 ')
+    return agreement.due(batches_done) and agreement.decide(stop.requested(), False)[0]
+  return stop_agreed
 
 
 def _agree(agreement: agreement_lib.Agreement, stop: preemption.StopRequest, config,
@@ -322,24 +377,48 @@ def _agree(agreement: agreement_lib.Agreement, stop: preemption.StopRequest, con
       time.monotonic() - last_save > 60 * config.checkpoint.every_minutes)
 
 
-def _save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None = None) -> None:
+def _checkpoint_meta(run: _Run, step: int, eval_pending: bool = False) -> dict:
+  # The schedule's length, so that a resume with another length can say
+  # how the learning rate jumps (schedule_change_warning).
+  return {'step': step, 'total_steps': run.exp.total_steps,
+          'steps_per_epoch': run.exp.steps_per_epoch, EVAL_PENDING: eval_pending,
+          **run.engine.checkpoint_meta()}
+
+
+def _save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None = None,
+          eval_pending: bool = False) -> None:
   """Starts saving the engine's state as checkpoint `step`, and as the best
   one if `eval_metrics` (this step's) beat it."""
   _collect(run, interval)
   state = run.engine.state()
-  # The schedule's length, so that a resume with another length can say
-  # how the learning rate jumps (schedule_change_warning).
-  meta = {'step': step, 'total_steps': run.exp.total_steps,
-          'steps_per_epoch': run.exp.steps_per_epoch, **run.engine.checkpoint_meta()}
+  meta = _checkpoint_meta(run, step, eval_pending)
   run.checkpointer.save(step, state, meta)
   if eval_metrics is not None:
     run.checkpointer.save_if_best(step, state, meta, eval_metrics['accuracy'])
 
 
-def _pause_until_stop_requested(step: int, stop: preemption.StopRequest) -> None:
+def _stop_after_save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None,
+                     best_candidate: dict | None = None,
+                     eval_pending: bool = False) -> TrainOutcome:
+  """Saves checkpoint `step` (unless saved already), waits for it; the
+  outcome of a stop. eval_pending: a stop cut this step's evaluation short,
+  so no result of it is kept and the resumed run evaluates it first."""
+  _save(run, interval, step, best_candidate, eval_pending)
+  run.checkpointer.wait()
+  logging.warning('Stopped at step %d after saving%s; rerun the same command to '
+                  'resume.', step, ' (its evaluation runs again on resume)'
+                  if eval_pending else '')
+  return TrainOutcome(step=step, preempted=True, eval_metrics=eval_metrics)
+
+
+def _pause_until_stop_requested(step: int, stop: preemption.StopRequest,
+                                where: str = '') -> None:
   """debug.pause_at_step: the tests' way to signal a run at a known step,
-  whatever the machine's speed. The line below is what they wait for."""
-  logging.warning('Paused at step %d (debug.pause_at_step) until a stop signal', step)
+  whatever the machine's speed. The line below is what they wait for. At an
+  evaluated step the pause is in the evaluation, after its first batch (when
+  it has more than one), so that the signal lands mid-pass."""
+  logging.warning('Paused at step %d %s(debug.pause_at_step) until a stop signal',
+                  step, where)
   while not stop.requested():
     time.sleep(0.01)
 

@@ -13,11 +13,10 @@ from trainer import state as state_lib
 from trainer import step_functions
 
 
-def compile_train_step(exp):
-  """The train step, compiled before the loop so its memory use is known;
-  returns (the compiled step, its FLOPs when the model computes convolutions
-  in XLA's form, else None)."""
-  fn = jax.jit(
+def jit_train_step(exp):
+  """The train step jitted with the state's and the batch's shardings, not
+  yet lowered (tests/test_cuda_lowering.py lowers it for GPUs)."""
+  return jax.jit(
       functools.partial(step_functions.train_step, model=exp.model, tx=exp.tx,
                         learning_rate_fn=exp.learning_rate_fn,
                         label_smoothing=exp.config.label_smoothing,
@@ -34,6 +33,13 @@ def compile_train_step(exp):
       in_shardings=(exp.state_shardings, exp.batch_sharding),
       out_shardings=(exp.state_shardings, None),
       donate_argnums=0)
+
+
+def compile_train_step(exp):
+  """The train step, compiled before the loop so its memory use is known;
+  returns (the compiled step, its FLOPs when the model computes convolutions
+  in XLA's form, else None)."""
+  fn = jit_train_step(exp)
   batch_spec = specs.batch_spec(exp.config.batch_size, exp.config.data.image_size,
                                 exp.batch_sharding)
   start = time.perf_counter()
