@@ -113,13 +113,17 @@ def run(argv) -> int:
                      compilation_cache_dir=config.runtime.compilation_cache_dir,
                      cpu_xnnpack=config.runtime.cpu_xnnpack,
                      gpu_defaults=config.runtime.gpu_defaults)
-  runtime.check_devices(view)
+  devices_line = runtime.check_devices(view)
   import jax  # pylint: disable=g-import-not-at-top
   if FLAGS.mode not in ('plan', 'study'):
     # The planner and the study choose their own batches, workers and
     # meshes, and check each of them; the run's batch_size plays no part.
     validation.check_against_devices(config, num_devices=jax.device_count(),
                                      num_processes=jax.process_count())
+  if jax.process_count() > 1 or jax.default_backend() != 'cpu':
+    # Which host drives which devices: what a cluster's operator checks
+    # first (a single CPU process has nothing to tell).
+    logging.info('%s', devices_line)
 
   if FLAGS.mode == 'bench':
     from trainer import bench  # pylint: disable=g-import-not-at-top

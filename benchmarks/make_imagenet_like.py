@@ -35,27 +35,35 @@ NUM_CLASSES = 1000
 NOISE_RANGE = (14.0, 22.0)
 
 
-def render(rng: np.random.Generator) -> np.ndarray:
-  """uint8 [HEIGHT, WIDTH, 3]: smooth colour fields plus pixel noise."""
+def render(rng: np.random.Generator, width: int = WIDTH,
+           height: int = HEIGHT) -> np.ndarray:
+  """uint8 [height, width, 3]: smooth colour fields plus pixel noise."""
   cells_y, cells_x = rng.integers(2, 6, size=2)
   grid = rng.uniform(0, 255, (cells_y, cells_x, 3)).astype(np.uint8)
   fields = np.asarray(Image.fromarray(grid).resize(
-      (WIDTH, HEIGHT), Image.Resampling.BICUBIC), np.float32)
+      (width, height), Image.Resampling.BICUBIC), np.float32)
   noise = rng.normal(0, rng.uniform(*NOISE_RANGE), fields.shape)
   return np.clip(fields + noise, 0, 255).astype(np.uint8)
 
 
-def encode(split_and_index: tuple[int, int], seed: int = 0) -> bytes:
+def encode(split_and_index: tuple[int, int], seed: int = 0,
+           size: tuple[int, int] = (WIDTH, HEIGHT)) -> bytes:
   """The JPEG of example `index` of a split: a pure function of its identity."""
   rng = np.random.default_rng([seed, *split_and_index])
   buffer = io.BytesIO()
-  Image.fromarray(render(rng)).save(buffer, 'JPEG', quality=QUALITY)
+  Image.fromarray(render(rng, *size)).save(buffer, 'JPEG', quality=QUALITY)
   return buffer.getvalue()
 
 
-def _examples(pool, split_id: int, count: int, sizes: list[int]):
-  jobs = [(split_id, i) for i in range(count)]
-  for i, jpeg in enumerate(pool.imap(encode, jobs, chunksize=16)):
+def _encode_job(job: tuple[int, int, int, int]) -> bytes:
+  split_id, index, width, height = job
+  return encode((split_id, index), size=(width, height))
+
+
+def _examples(pool, split_id: int, count: int, sizes: list[int],
+              width: int = WIDTH, height: int = HEIGHT):
+  jobs = [(split_id, i, width, height) for i in range(count)]
+  for i, jpeg in enumerate(pool.imap(_encode_job, jobs, chunksize=16)):
     sizes.append(len(jpeg))
     yield i, {'image': jpeg, 'label': i % NUM_CLASSES}
 
@@ -71,6 +79,10 @@ def main(argv=None) -> dict:
   parser.add_argument('--file_format', default='array_record',
                       choices=('array_record', 'tfrecord'))
   parser.add_argument('--workers', type=int, default=os.cpu_count())
+  parser.add_argument('--width', type=int, default=WIDTH,
+                      help='image width (ImageNet\'s most common: 500)')
+  parser.add_argument('--height', type=int, default=HEIGHT,
+                      help='image height (ImageNet\'s most common: 375)')
   provenance.add_out_argument(parser)
   args = parser.parse_args(argv)
   results = provenance.Results(args.out)
@@ -87,14 +99,16 @@ def main(argv=None) -> dict:
     tfds.dataset_builders.store_as_tfds_dataset(
         name=NAME, version=VERSION, features=features,
         split_datasets={
-            'train': _examples(pool, 0, args.num_train, sizes),
-            'validation': _examples(pool, 1, args.num_eval, sizes)},
+            'train': _examples(pool, 0, args.num_train, sizes, args.width,
+                               args.height),
+            'validation': _examples(pool, 1, args.num_eval, sizes, args.width,
+                                    args.height)},
         data_dir=args.data_dir, file_format=args.file_format,
         disable_shuffling=True)
   stats = {
       'data_dir': os.path.abspath(args.data_dir), 'name': NAME,
       'file_format': args.file_format, 'num_train': args.num_train,
-      'num_eval': args.num_eval, 'width': WIDTH, 'height': HEIGHT,
+      'num_eval': args.num_eval, 'width': args.width, 'height': args.height,
       'quality': QUALITY, 'mean_file_kb': round(np.mean(sizes) / 1000, 1),
       'min_file_kb': round(min(sizes) / 1000, 1),
       'max_file_kb': round(max(sizes) / 1000, 1),

@@ -223,13 +223,26 @@ def study(records) -> list[Table]:
   return [(header, rows)]
 
 
+def _jpeg_decoding(record) -> str:
+  """How an input_pipeline record's JPEGs were decoded, in words
+  (jpeg_fast_upsampling: the experiment of docs/performance.md's "What was
+  tried and did not help")."""
+  on = [name for key, name in (('jpeg_scaled_decode', 'scaled'),
+                               ('jpeg_fast_upsampling', 'fast upsampling'))
+        if record.get(key)]
+  return ' + '.join(on) or 'exact'
+
+
 def input_pipeline(records) -> list[Table]:
-  header = ['transform', 'file format', 'image size', 'batch', 'images/s (median)',
-            'images/s (best)', 'CPU ms per image', 'mean file KB']
-  rows = [[r['transform'], _f(r.get('file_format')), _f(r['image_size'], 'd'),
-           _f(r['batch_size'], 'd'), _f(r['images_per_sec_median'], 'd'),
-           _f(r['images_per_sec_best'], 'd'), _f(r['cpu_ms_per_image_median']),
-           _f(r.get('mean_file_kb'))] for r in records]
+  header = ['transform', 'augment', 'JPEG decoding', 'file format', 'image size', 'batch',
+            'images/s (median)', 'images/s (best)', 'CPU ms per image (median)',
+            'vs exact: mean abs diff', 'vs exact: PSNR dB', 'mean file KB']
+  rows = [[r['transform'], _f(r.get('augment')), _jpeg_decoding(r), _f(r.get('file_format')),
+           _f(r['image_size'], 'd'), _f(r['batch_size'], 'd'),
+           _f(r['images_per_sec_median'], 'd'), _f(r['images_per_sec_best'], 'd'),
+           _f(r['cpu_ms_per_image_median'], '.3f'), _f(r.get('vs_exact_mean_abs_diff'), '.3f'),
+           _f(r.get('vs_exact_psnr_db'), '.2f'), _f(r.get('mean_file_kb'))]
+          for r in records]
   return [(header, rows)]
 
 

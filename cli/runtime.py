@@ -151,18 +151,20 @@ def apply_gpu_settings(view: device_visibility.DeviceView, environ=os.environ) -
   return changes
 
 
-def check_devices(view: device_visibility.DeviceView, environ=os.environ) -> None:
-  """Logs what this process drives, once its backend has started, and stops
-  it (exit 2) when it sees fewer accelerators than its job allotted it:
-  before any work, instead of training on a fraction of the GPUs."""
+def check_devices(view: device_visibility.DeviceView, environ=os.environ) -> str:
+  """Stops this process (exit 2) when, its backend started, it sees fewer
+  accelerators than its job allotted it: before any work, instead of
+  training on a fraction of the GPUs. Returns the start-up line that says
+  what it drives (main.py logs it once the config has passed its checks
+  against the devices, so that a bad config's error stays the only line)."""
   import jax  # pylint: disable=g-import-not-at-top
   devices = jax.local_devices()
   platform = devices[0].platform
-  logging.info('%s', device_visibility.describe(
-      view, host=socket.gethostname(), process_index=jax.process_index(),
-      process_count=jax.process_count(), platform=platform, local_devices=devices,
-      job_devices=jax.device_count()))
   problem = device_visibility.shortfall(view, platform=platform,
                                         local_devices=len(devices), environ=environ)
   if problem:
     raise UsageError(problem)
+  return device_visibility.describe(
+      view, host=socket.gethostname(), process_index=jax.process_index(),
+      process_count=jax.process_count(), platform=platform, local_devices=devices,
+      job_devices=jax.device_count())

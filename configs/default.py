@@ -39,6 +39,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.image_size = 32  # training and evaluation resolution in pixels
   config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip, inception_crop (random resized crop + flip)
   config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, where decoding is 3-5% faster; False: exact positions
+  config.data.jpeg_scaled_decode = False  # inception_crop, and tfds data's centre crops (eval, crop_flip): decode a JPEG crop at 1/2, 1/4 or 1/8 scale in the DCT domain when it stays >= data.image_size (docs/data.md, "Input speed"); False: full scale
   config.data.eval_crop_fraction = 0.875  # tfds: eval centre square's side / shorter image side (0.875: resize to S/0.875, crop S)
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
   config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)
@@ -59,6 +60,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.momentum = 0.9  # sgd, lars momentum; adamw, lamb beta1
   config.nesterov = False  # sgd, lars: Nesterov momentum
   config.trust_coefficient = 0.001  # lars: the trust ratio's coefficient (eta)
+  config.ema_decay = 0.0  # keep an exponential moving average of the weights with this decay (DeiT: 0.99996), evaluated beside them; 0: off
   config.layer_decay = 1.0  # ViT fine-tuning: encoder block i's rate times layer_decay^(depth - i), the head's at full rate; 1: off
   config.weight_decay = 1e-4  # decoupled for adamw and lamb, L2 (added to the gradient) for sgd and lars; not on biases or norms
   config.label_smoothing = 0.0  # label smoothing for the cross-entropy
@@ -111,6 +113,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.link_latency_ms = 0.05  # the NIC's one-way latency, ms
   config.plan.intra_host_gbps = 0.0  # each device's port into its host's fabric (NVLink, PCIe), Gbit/s per direction; 0: unlimited
   config.plan.intra_host_latency_ms = 0.0  # one-way latency inside a host, ms
+  config.plan.host_cores = 0  # C: each host's CPU cores for its input pipeline; a step then takes at least the time they need to decode its G devices' images (docs/planner-and-study.md); 0: not counted
+  config.plan.host_cpu_ms_per_image = 1.37  # CPU ms to decode and augment one image on such a host; default: inception_crop at 224 px on ImageNet-like JPEGs (benchmarks/input_pipeline.jsonl; measure yours with --mode=bench --config.bench.data=real)
   config.plan.ps_placement = 'dedicated'  # where PS shards live: dedicated (server hosts of their own), colocated (on the worker hosts, sharing their NICs)
   config.plan.allreduce_algorithms = 'ring,hierarchical'  # all-reduce algorithms compared with PS: ring (one ring through every device), hierarchical (inside each host, then rings across hosts)
   config.plan.overlap = False  # the cluster's framework overlaps communication with backprop, the last 2/3 of T_C (Horovod, PyTorch DDP do); False: compute, then communication
@@ -145,6 +149,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.bench = ml_collections.ConfigDict()
   config.bench.steps = 20  # timed steps (after the warm-up)
   config.bench.warmup_steps = 3  # untimed steps after compiling
+  config.bench.data = 'synthetic'  # synthetic: the step alone, on random images of the configured shapes; real: the configured data, whose input pipeline is timed alone first (CPU ms per image, images/s per host core, the cores the devices need)
   config.profile_steps = ''  # 'A,B': trace train steps A..B-1 with the JAX profiler into WORKDIR/profile (TensorBoard); '': off
 
   # --- Evaluation ------------------------------------------------------------
@@ -153,6 +158,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.batch_size = 0  # global eval batch; 0: same as batch_size
   # Evaluation data, when it differs from training's (same classes, e.g. tfds
   # imagenet_v2 for an imagenet2012 run); read by --mode=eval and training's evals.
+  config.eval.weights = 'raw'  # raw or ema (needs ema_decay > 0): the weights --mode=eval evaluates and checkpoint.keep_best ranks by
   config.eval.dataset = ''  # tfds data set name; '': data.name
   config.eval.split = ''  # split (tfds) or sub-folder (folder data); '': data.eval_split
   config.eval.data_dir = ''  # data root (tfds data dir, or the image folder); '': data.dir

@@ -13,6 +13,8 @@ executor time. Output is uint8 [size, size, 3]; normalisation happens on the
 device.
 """
 
+from typing import NamedTuple
+
 from input_pipeline.tf_setup import tf
 
 # Inception-style random resized crop (Szegedy et al. 2015): a crop of
@@ -30,8 +32,63 @@ _MAX_ATTEMPTS = 10
 JPEG_BLOCK_COLUMNS = 16
 
 
-def _decode_window(encoded: tf.Tensor, window_fn, jpeg_only: bool
-                   ) -> tf.Tensor:
+class JpegDecoding(NamedTuple):
+  """How a JPEG crop is decoded (config.data.jpeg_scaled_decode).
+
+  scaled_to: decode at 1/2, 1/4 or 1/8 scale in the DCT domain, the largest
+    that keeps the decoded crop at least this many pixels on its shorter
+    side (the output size); 0: always full scale, the exact decode.
+  """
+  scaled_to: int = 0
+
+
+EXACT = JpegDecoding()
+# DCT-domain scale factors libjpeg decodes at (1/ratio of each side).
+_RATIOS = (1, 2, 4, 8)
+
+
+def scaled_window(window: tf.Tensor, height: tf.Tensor, width: tf.Tensor,
+                  ratio: int) -> tf.Tensor:
+  """`window` in the coordinates of the image decoded at 1/ratio scale.
+
+  The scaled image is ceil(height / ratio) x ceil(width / ratio) pixels
+  (libjpeg's rounding); the window is widened outwards to whole scaled
+  pixels, so that it covers the same region of the image.
+  """
+  if ratio == 1:
+    return window
+  top, left = window[0] // ratio, window[1] // ratio
+  bottom = tf.minimum((window[0] + window[2] + ratio - 1) // ratio,
+                      (height + ratio - 1) // ratio)
+  right = tf.minimum((window[1] + window[3] + ratio - 1) // ratio,
+                     (width + ratio - 1) // ratio)
+  return tf.stack([top, left, bottom - top, right - left])
+
+
+def decode_ratio_index(window: tf.Tensor, scaled_to: int) -> tf.Tensor:
+  """Index into _RATIOS of the largest ratio that keeps the crop >= scaled_to."""
+  shorter = tf.minimum(window[2], window[3])
+  return tf.add_n([tf.cast(shorter >= r * scaled_to, tf.int32)
+                   for r in _RATIOS[1:]])
+
+
+def _decode_jpeg_window(encoded: tf.Tensor, window: tf.Tensor,
+                        shape: tf.Tensor, decoding: JpegDecoding) -> tf.Tensor:
+  def at(ratio):
+    return lambda: tf.io.decode_and_crop_jpeg(
+        encoded, scaled_window(window, shape[0], shape[1], ratio),
+        channels=3, ratio=ratio)
+  if not decoding.scaled_to:
+    return at(1)()
+  # `ratio` is an attribute of the op, not an input: one branch per value.
+  # The branch costs a tenth of the train transform at 224 px, where no crop
+  # of an ImageNet-sized image qualifies (docs/data.md, "Input speed").
+  return tf.switch_case(decode_ratio_index(window, decoding.scaled_to),
+                        [at(r) for r in _RATIOS])
+
+
+def _decode_window(encoded: tf.Tensor, window_fn, jpeg_only: bool,
+                   decoding: JpegDecoding = EXACT) -> tf.Tensor:
   """RGB uint8 pixels of the window `window_fn(height, width)` of an image.
 
   Args:
@@ -40,13 +97,14 @@ def _decode_window(encoded: tf.Tensor, window_fn, jpeg_only: bool
       [top, left, crop_height, crop_width] inside the image.
     jpeg_only: skip the format test; anything but a JPEG then fails to
       decode (and is skipped as unreadable).
+    decoding: see `JpegDecoding`; other formats are always decoded exactly.
   """
 
   def jpeg():
     # The header alone gives the size: nothing is decoded yet.
     shape = tf.io.extract_jpeg_shape(encoded)
     window = window_fn(shape[0], shape[1])
-    return tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
+    return _decode_jpeg_window(encoded, window, shape, decoding)
 
   def other():
     # channels=3 makes greyscale RGB and drops alpha; expand_animations=False
@@ -104,7 +162,8 @@ def inception_window(height: tf.Tensor, width: tf.Tensor, crop_seed: tf.Tensor,
 
 def inception_crop(encoded: tf.Tensor, size: int, crop_seed: tf.Tensor,
                    flip: tf.Tensor, jpeg_only: bool = False,
-                   snap_to_blocks: bool = False) -> tf.Tensor:
+                   snap_to_blocks: bool = False,
+                   decoding: JpegDecoding = EXACT) -> tf.Tensor:
   """Random resized crop, then a horizontal flip, of an encoded image.
 
   Args:
@@ -116,12 +175,13 @@ def inception_crop(encoded: tf.Tensor, size: int, crop_seed: tf.Tensor,
     flip: bool scalar, mirror the result left-right.
     jpeg_only: see `_decode_window`.
     snap_to_blocks: see `inception_window`.
+    decoding: see `JpegDecoding`.
 
   Returns:
     uint8 [size, size, 3].
   """
   window = lambda h, w: inception_window(h, w, crop_seed, snap_to_blocks)
-  image = _resize(_decode_window(encoded, window, jpeg_only), size)
+  image = _resize(_decode_window(encoded, window, jpeg_only, decoding), size)
   # Flipped after the resize: fewer pixels to move.
   return tf.cond(flip, lambda: tf.reverse(image, axis=[1]), lambda: image)
 
@@ -138,7 +198,8 @@ def center_crop_window(height: tf.Tensor, width: tf.Tensor,
 
 
 def center_crop(encoded: tf.Tensor, size: int, crop_fraction: float,
-                jpeg_only: bool = False) -> tf.Tensor:
+                jpeg_only: bool = False,
+                decoding: JpegDecoding = EXACT) -> tf.Tensor:
   """The evaluation view: the centred square, resized to `size`.
 
   With crop_fraction 0.875 this is the usual "resize the shorter side to
@@ -151,4 +212,4 @@ def center_crop(encoded: tf.Tensor, size: int, crop_fraction: float,
   if not 0.0 < crop_fraction <= 1.0:
     raise ValueError(f'crop_fraction must be in (0, 1], got {crop_fraction}')
   window = lambda h, w: center_crop_window(h, w, crop_fraction)
-  return _resize(_decode_window(encoded, window, jpeg_only), size)
+  return _resize(_decode_window(encoded, window, jpeg_only, decoding), size)

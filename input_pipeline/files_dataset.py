@@ -26,7 +26,8 @@ class FilesDataset(Dataset):
                class_names: list[str], image_size: int, augment: str,
                snap_crops: bool,
                prefetch_batches: int, batch_size: int, eval_batch_size: int,
-               seed: int, process_index: int = 0, process_count: int = 1):
+               seed: int, process_index: int = 0, process_count: int = 1,
+               jpeg_decoding: crops.JpegDecoding = crops.EXACT):
     if augment not in AUGMENTATIONS:
       raise ValueError(f'unknown augmentation {augment!r}; one of '
                        f'{AUGMENTATIONS}')
@@ -41,6 +42,7 @@ class FilesDataset(Dataset):
     self._image_size = image_size
     self._augment = augment
     self._snap_crops = snap_crops
+    self._decoding = jpeg_decoding
     self._prefetch_batches = prefetch_batches
 
   def _batches(self, examples: stream.Stream, load, local_batch: int,
@@ -66,7 +68,8 @@ class FilesDataset(Dataset):
       if self._augment == 'inception_crop':
         image = crops.inception_crop(
             tf.io.read_file(path), self._image_size, example['crop_seed'],
-            example['flip'], snap_to_blocks=self._snap_crops)
+            example['flip'], snap_to_blocks=self._snap_crops,
+            decoding=self._decoding)
       else:
         image = preprocess.augment(
             preprocess.resize(preprocess.decode(path), self._image_size),

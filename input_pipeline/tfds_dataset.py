@@ -29,6 +29,7 @@ class TfdsDataset(Dataset):
   def __init__(self, *, source: TfdsSource, train_split: str, eval_split: str,
                image_size: int, augment: str, snap_crops: bool,
                eval_crop_fraction: float,
+               jpeg_decoding: crops.JpegDecoding = crops.EXACT,
                prefetch_batches: int, batch_size: int, eval_batch_size: int,
                seed: int, process_index: int = 0, process_count: int = 1):
     if augment not in AUGMENTATIONS:
@@ -49,6 +50,7 @@ class TfdsDataset(Dataset):
     self._image_size = image_size
     self._augment = augment
     self._snap_crops = snap_crops
+    self._decoding = jpeg_decoding
     self._eval_crop_fraction = eval_crop_fraction
     self._prefetch_batches = prefetch_batches
     self._jpeg_only = source.is_jpeg_only()
@@ -59,7 +61,8 @@ class TfdsDataset(Dataset):
 
   def _eval_view(self, encoded: tf.Tensor) -> tf.Tensor:
     return crops.center_crop(encoded, self._image_size,
-                             self._eval_crop_fraction, self._jpeg_only)
+                             self._eval_crop_fraction, self._jpeg_only,
+                             self._decoding)
 
   def train_batches(self, start_step: int = 0) -> Iterator[Batch]:
     seed = tf.constant(self.seed, tf.int64)
@@ -72,7 +75,7 @@ class TfdsDataset(Dataset):
       if self._augment == 'inception_crop':
         image = crops.inception_crop(
             encoded, self._image_size, example['crop_seed'], example['flip'],
-            self._jpeg_only, self._snap_crops)
+            self._jpeg_only, self._snap_crops, self._decoding)
       else:
         image = preprocess.augment(self._eval_view(encoded), self._augment,
                                    tf.stack([seed, example['position']]))

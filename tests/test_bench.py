@@ -12,14 +12,19 @@ _TINY = ('--config.model.name=resnet18', '--config.model.width=8',
          '--config.bench.steps=3', '--config.bench.warmup_steps=1')
 
 
-def test_bench_reports_and_appends(tmp_path, monkeypatch):
+def test_bench_reports_and_appends_on_synthetic_and_real_data(tmp_path, monkeypatch):
   workdir = str(tmp_path / 'bench')
+  _jpeg_folder(tmp_path / 'images')
   monkeypatch.delenv('GLIBC_TUNABLES', raising=False)
   records = []
-  # The second run also keeps glibc's malloc defaults (an empty setting).
-  for xnnpack, env in (('true', {}), ('false', {'GLIBC_TUNABLES': ''})):
+  # The second run also keeps glibc's malloc defaults (an empty setting) and
+  # reads the folder of JPEGs (of 2 classes, as the synthetic data here).
+  real = ('--config.bench.data=real', '--config.data.source=folder',
+          f'--config.data.dir={tmp_path / "images"}', '--config.data.augment=inception_crop')
+  for xnnpack, env, data in (('true', {}, ()), ('false', {'GLIBC_TUNABLES': ''}, real)):
     result = run_main(f'--workdir={workdir}', '--mode=bench', *_TINY,
-                      f'--config.runtime.cpu_xnnpack={xnnpack}', env=env)
+                      '--config.model.num_classes=2',
+                      f'--config.runtime.cpu_xnnpack={xnnpack}', *data, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'bench: warmed up; timing' in result.stderr  # progress between compile and result
     records.append(json.loads(result.stdout.strip().splitlines()[-1]))
@@ -40,11 +45,34 @@ def test_bench_reports_and_appends(tmp_path, monkeypatch):
   assert records[1]['glibc_tunables'] == ''
   # The FLOPs are XLA's count of the model, whatever kernels compute it.
   assert records[1]['model_gflops_per_image'] == record['model_gflops_per_image']
+  # Synthetic data: the step alone, no word about the host's cores.
+  assert record['data_source'] == 'synthetic' and 'host_input' not in record
+  _check_host_input(records[1], result.stderr)
   with open(os.path.join(workdir, 'bench.jsonl')) as f:
     lines = [json.loads(line) for line in f]
   assert lines == records
   # Nothing else: the work dir is not made a training run's.
   assert sorted(os.listdir(workdir)) == ['bench.jsonl']
+
+
+def _check_host_input(record, log):
+  """The input pipeline's figures, and the verdict that follows from them."""
+  assert record['data_source'] == 'folder'
+  assert record['input_images_per_sec'] > 0
+  cpu_ms = record['input_cpu_ms_per_image']
+  assert record['input_images_per_sec_per_core'] == round(1000 / cpu_ms, 1)
+  assert record['host_cores'] == len(os.sched_getaffinity(0))
+  supply = record['host_cores'] * 1000 / cpu_ms
+  assert record['input_bound'] == (supply < record['images_per_sec'])
+  assert record['host_cores_needed'] >= 1
+  cores = lambda n: f'{n} core{"s" if n != 1 else ""}'
+  if record['input_bound']:
+    assert f"input-bound: the host's {cores(record['host_cores'])}" in record['host_input']
+    assert f"feeding them takes {cores(record['host_cores_needed'])}" in record['host_input']
+  else:
+    assert f"the host's {cores(record['host_cores'])} keep up" in record['host_input']
+    assert f"({cores(record['host_cores_needed'])} busy)" in record['host_input']
+  assert record['host_input'] in log  # said in words in the log
 
 
 def test_bench_bad_input_exits_2(tmp_path):
@@ -72,3 +100,29 @@ def test_training_logs_mfu_and_traces_chosen_steps(tmp_path):
             for name in names if name.endswith('.xplane.pb')]
   assert len(traces) == 1
   assert 'Traced steps 2..2' in result.stderr
+
+
+def _jpeg_folder(root, classes=2, per_class=8, size=48) -> None:
+  """train/ and val/ class folders of small noisy JPEGs."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  for split in ('train', 'val'):
+    for c in range(classes):
+      os.makedirs(root / split / f'c{c}')
+      for i in range(per_class):
+        pixels = rng.integers(0, 256, (size, size + 16, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / split / f'c{c}' / f'{i}.jpg', quality=90)
+
+
+def test_bench_on_real_data_bad_input_exits_2(tmp_path):
+  for flags, words in (
+      (('--config.bench.data=files',), 'bench.data'),
+      (('--config.bench.data=real', '--config.data.source=synthetic'), 'data.source'),
+      (('--config.bench.data=real', '--config.data.source=folder',
+        f'--config.data.dir={tmp_path}/absent'), 'absent')):
+    result = run_main(f'--workdir={tmp_path}/w', '--mode=bench', *_TINY, *flags)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, (flags, result.stderr[-2000:])
+    assert last.startswith('error: ') and words in last, (flags, last)
+    assert not os.path.exists(f'{tmp_path}/w')

@@ -27,7 +27,7 @@ BAD_INVOCATIONS = [
     ([QUICK, '--config.mesh.data=-1', '--config.mesh.fsdp=-1'], 'mesh'),
     ([QUICK, '--config.mesh.tensor=0'], 'mesh.tensor'),
     ([QUICK, '--config.model.dtype=float8'], 'model.dtype'),
-    ([QUICK, '--config.optimizer=lamb'], 'optimizer'),
+    ([QUICK, '--config.optimizer=lion'], 'optimizer'),
     ([QUICK, '--config.label_smoothing=1.5'], 'label_smoothing'),
     ([QUICK, '--config.checkpoint.keep=0'], 'checkpoint.keep'),
     ([QUICK, '--config.num_train_steps=-5'], 'num_train_steps'),
@@ -70,6 +70,8 @@ BAD_INVOCATIONS = [
     ([QUICK, '--config.model.name=vit_b16', '--config.model.width=200'],
      'model.width=200'),
     ([QUICK, '--config.eval.checkpoint=²'], 'eval.checkpoint'),
+    ([QUICK, '--config.plan.host_cores=-2'], 'plan.host_cores=-2'),
+    ([QUICK, '--config.plan.host_cpu_ms_per_image=0'], 'plan.host_cpu_ms_per_image'),
 ]
 
 

@@ -2,6 +2,7 @@
 hand-computed cases and at their edges, the plan's answers, and the
 plan.* keys' bad inputs."""
 
+import dataclasses
 import math
 
 import pytest
@@ -233,6 +234,56 @@ def test_ps_shards_also_split_the_servers_update():
                              overlap=False) == 6
 
 
+# --- The hosts' CPU cores: the input pipeline as a resource. ----------------
+
+def _with_cores(cluster, cores, cpu_ms):
+  return dataclasses.replace(cluster, host_cores=cores, host_cpu_s_per_image=cpu_ms / 1e3)
+
+
+def test_a_hosts_cores_take_g_times_b_times_the_cost_over_c_a_step():
+  # 8 devices of batch 128 at 1.2 CPU-ms an image on 16 cores:
+  # 8 * 128 * 0.0012 / 16 = 0.0768 s a step.
+  cluster = _with_cores(hosts(2, 8), 16, 1.2)
+  assert cm.host_input_s(cluster, 128) == pytest.approx(0.0768)
+  assert cm.host_input_s(hosts(2, 8), 128) == 0.0  # cores not counted
+  # The step waits for input only when it is the longer: 0.1 s of T_C.
+  step, parts = cm.step_parts('ring', 0.05, 0.0, cluster, input_s=0.0768)
+  assert step == pytest.approx(0.0768) and parts['host_cpu'] == pytest.approx(0.0768)
+  step, parts = cm.step_parts('ring', 0.1, 0.0, cluster, input_s=0.0768)
+  assert step == 0.1 and 'host_cpu' not in parts
+
+
+def test_devices_that_outrun_the_hosts_cores_are_input_bound_and_capped():
+  # One host of 8 devices on unlimited links, T_C = 0.1 s at batch 128: the
+  # devices take 8 * 128 / 0.1 = 10,240 images/s. 8 cores at 1.2 CPU-ms
+  # decode 8 / 0.0012 = 6,667 images/s: a step waits 0.1536 s for input;
+  # feeding the devices takes ceil(10,240 * 0.0012) = ceil(12.29) = 13 cores.
+  bound = _with_cores(hosts(1, 8, nic=0, intra=0), 8, 1.2)
+  rec = _recommend({128: 0.1}, 10 * MB, bound)
+  assert rec['input_bound'] and rec['limited_by_now'] == 'host_cpu'
+  assert rec['step_s'] == pytest.approx(0.1536)
+  assert rec['images_per_sec'] == pytest.approx(8000 / 1.2)
+  assert rec['efficiency'] == pytest.approx(0.1 / 0.1536)
+  assert rec['device_images_per_sec_per_host'] == pytest.approx(10240)
+  assert rec['host_cores_needed'] == 13
+  text = '\n'.join(recommend.words(rec, bound, placement='dedicated', largest_batch=128,
+                                   stopped_by_memory=False, memory_gib=None, nic_gbps=10))
+  assert "input-bound: the host's 8 cores decode at most 6,667 images/s" in text
+  assert 'its devices take 10,240; feeding them takes 13 cores' in text
+  assert 'capped at what the cores decode, 6667 images/s' in text
+  assert 'or 13 host cores' in text and 'faster network' not in text
+  # 16 cores decode 13,333 images/s: they keep up, and say how many work.
+  fed = _with_cores(hosts(1, 8, nic=0, intra=0), 16, 1.2)
+  rec = _recommend({128: 0.1}, 10 * MB, fed)
+  assert not rec['input_bound'] and rec['images_per_sec'] == pytest.approx(10240)
+  text = '\n'.join(recommend.words(rec, fed, placement='dedicated', largest_batch=128,
+                                   stopped_by_memory=False, memory_gib=None, nic_gbps=10))
+  assert "the host's 16 cores keep up" in text and '(13 cores busy)' in text
+  # Cores not counted: no word about them.
+  rec = _recommend({128: 0.1}, 10 * MB, hosts(1, 8, nic=0, intra=0))
+  assert not rec['input_bound'] and rec['host_cores_needed'] is None
+
+
 # --- Bad inputs: one line naming the key. ------------------------------------
 
 @pytest.mark.parametrize('key,value,fragment', [
@@ -247,6 +298,11 @@ def test_ps_shards_also_split_the_servers_update():
     ('allreduce_algorithms', 'ring,tree', "plan.allreduce_algorithms='tree'"),
     ('compute_s_batch', -1, 'plan.compute_s_batch'),
     ('compute_s_batch', 8, 'set plan.compute_s too'),
+    ('host_cores', -1, 'plan.host_cores=-1 must be >= 0'),
+    ('host_cpu_ms_per_image', 0.0, 'plan.host_cpu_ms_per_image=0.0 must be'),
+    ('host_cpu_ms_per_image', -1.5, 'plan.host_cpu_ms_per_image'),
+    ('host_cpu_ms_per_image', math.nan, 'plan.host_cpu_ms_per_image'),
+    ('host_cpu_ms_per_image', math.inf, 'plan.host_cpu_ms_per_image'),
 ])
 def test_bad_cluster_inputs_are_refused_in_one_line(key, value, fragment):
   config = default.get_config()

@@ -161,6 +161,19 @@ def test_resumed_stream_equals_uninterrupted_stream_bitwise(tiny, augment):
       np.testing.assert_array_equal(actual[key], expected[key])
 
 
+def test_scaled_jpeg_decoding_reaches_the_decoder_and_keeps_exact_resume(tiny):
+  from input_pipeline import crops  # pylint: disable=g-import-not-at-top
+  # At 8 px most crops of the 24x18 images decode at half scale.
+  data = _data_config(tiny, image_size=8, jpeg_scaled_decode=True)
+  dataset = create_dataset(data, seed=7)
+  # pylint: disable-next=protected-access
+  assert dataset._decoding == crops.JpegDecoding(scaled_to=8)
+  uninterrupted = take(dataset.train_batches(), 4)
+  resumed = take(create_dataset(data, seed=7).train_batches(start_step=2), 2)
+  for expected, actual in zip(uninterrupted[2:], resumed):
+    np.testing.assert_array_equal(actual['image'], expected['image'])
+
+
 def test_seed_changes_the_order(tiny):
   first = next(create_dataset(_data_config(tiny), seed=1).train_batches())
   second = next(create_dataset(_data_config(tiny), seed=2).train_batches())

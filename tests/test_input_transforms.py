@@ -105,6 +105,73 @@ def test_snapped_crop_moves_only_the_left_edge_onto_the_block_grid(tf_crops):
   assert moved > 150  # most crops do start off the grid
 
 
+def test_tensorflow_decodes_jpeg_with_the_fast_integer_dct_by_default(tf_crops):
+  # docs/data.md counts on it: dct_method='INTEGER_FAST' saves nothing.
+  _, tf = tf_crops
+  rng = np.random.default_rng(0)
+  encoded = _encode(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
+  default_dct = tf.io.decode_jpeg(encoded, channels=3).numpy()
+  np.testing.assert_array_equal(
+      tf.io.decode_jpeg(encoded, channels=3, dct_method='INTEGER_FAST').numpy(), default_dct)
+  accurate = tf.io.decode_jpeg(encoded, channels=3, dct_method='INTEGER_ACCURATE').numpy()
+  assert not np.array_equal(accurate, default_dct)
+
+
+def test_scaled_window_covers_the_same_region_inside_the_scaled_image(tf_crops):
+  crops, tf = tf_crops
+  height, width = 375, 500
+  for i in range(100):
+    window = crops.inception_window(height, width, tf.constant([i, 3], tf.int64), True)
+    top, left, h, w = window.numpy()
+    for ratio in (1, 2, 4, 8):
+      s_top, s_left, s_h, s_w = crops.scaled_window(window, height, width, ratio).numpy()
+      # Widened outwards to whole scaled pixels: the region, and less than
+      # one scaled pixel more on each side.
+      assert s_top * ratio <= top < (s_top + 1) * ratio
+      assert s_left * ratio <= left < (s_left + 1) * ratio
+      assert top + h <= (s_top + s_h) * ratio < top + h + ratio or (
+          s_top + s_h == -(-height // ratio))
+      assert left + w <= (s_left + s_w) * ratio < left + w + ratio or (
+          s_left + s_w == -(-width // ratio))
+      # Inside libjpeg's scaled image, ceil(side / ratio).
+      assert s_top + s_h <= -(-height // ratio) and s_left + s_w <= -(-width // ratio)
+
+
+@pytest.mark.parametrize('crop_side,size,ratio', [
+    (100, 64, 1), (127, 64, 1), (128, 64, 2), (255, 64, 2), (256, 64, 4),
+    (511, 64, 4), (512, 64, 8), (4000, 64, 8), (300, 224, 1), (448, 224, 2)])
+def test_scaled_decode_picks_the_largest_ratio_that_keeps_the_output_size(
+    tf_crops, crop_side, size, ratio):
+  crops, tf = tf_crops
+  window = tf.constant([0, 0, crop_side, crop_side + 50], tf.int32)
+  assert (1, 2, 4, 8)[int(crops.decode_ratio_index(window, size))] == ratio
+  # The shorter side decides.
+  tall = tf.constant([0, 0, crop_side + 50, crop_side], tf.int32)
+  assert (1, 2, 4, 8)[int(crops.decode_ratio_index(tall, size))] == ratio
+
+
+def test_the_scaled_decode_stays_close_to_the_exact_one(tf_crops):
+  crops, tf = tf_crops
+  encoded = tf.constant(_encode(_gradient(480, 640)))
+  scaled = crops.JpegDecoding(scaled_to=24)
+  for i in range(6):
+    seed = tf.constant([i, 9], tf.int64)
+    crop = lambda decoding: crops.inception_crop(
+        encoded, 24, seed, tf.constant(False), jpeg_only=True, snap_to_blocks=True,
+        decoding=decoding).numpy().astype(int)
+    exact = crop(crops.EXACT)
+    # A smooth image: the region's pixels are the same within a few levels.
+    assert np.abs(crop(scaled) - exact).mean() < 3
+    np.testing.assert_array_equal(crop(scaled), crop(scaled))  # a pure function
+  # A crop too small to scale decodes exactly as before.
+  small = crops.JpegDecoding(scaled_to=480)
+  seed = tf.constant([0, 9], tf.int64)
+  np.testing.assert_array_equal(
+      crops.inception_crop(encoded, 24, seed, tf.constant(False), jpeg_only=True,
+                           decoding=small).numpy(),
+      crops.inception_crop(encoded, 24, seed, tf.constant(False), jpeg_only=True).numpy())
+
+
 def test_snapped_crop_decodes_the_pixels_of_its_window(tf_crops):
   crops, tf = tf_crops
   image = _gradient(120, 160)

@@ -1,8 +1,11 @@
 """--mode=bench: how fast the configured train step runs, as one JSON line.
 
 The configured model, batch, mesh and engine on synthetic data (no files, no
-decoding: what is timed is the step). Reports the compile time, steady-state
-images/s, the step time's median and 90th percentile, the model's FLOPs per
+decoding: what is timed is the step), or with bench.data='real' on the
+configured data, whose input pipeline is first timed alone: its images/s,
+CPU ms per image and images/s per host core, and whether this host's cores
+keep up with its devices (trainer/host_input.py). Reports the compile time,
+steady-state images/s, the step time's median and 90th percentile, the model's FLOPs per
 image and the MFU against a matmul peak measured in the same run
 (trainer/mfu.py), and the fraction of the time spent waiting for input. The
 line is printed and appended to bench.jsonl in the work dir; nothing else
@@ -23,6 +26,7 @@ import numpy as np
 from trainer import device_input
 from trainer import engines
 from trainer import experiment
+from trainer import host_input
 from trainer import mfu
 from trainer import progress
 from trainer import state as state_lib
@@ -45,6 +49,12 @@ def synthetic_config(config: ml_collections.ConfigDict) -> ml_collections.Config
 
 def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Compiles, warms up, times `bench.steps` steps; returns the JSON record."""
+  if config.bench.data == 'real':
+    # main.py checks the data of training runs only; here, before the work
+    # dir is touched, with the same one-line errors.
+    # pylint: disable-next=g-import-not-at-top
+    from input_pipeline import check_data_config
+    check_data_config(config.data)
   # Beside another run of this work dir the devices would be shared, and
   # the times wrong.
   with workdir_lock.hold(workdir, 'bench', process_index=jax.process_index(),
@@ -52,8 +62,33 @@ def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return _timed_steps(config, workdir)
 
 
+def host_cores() -> int:
+  """The cores this process may run on (its CPU affinity)."""
+  return len(os.sched_getaffinity(0))
+
+
+def time_input(batches, warmup_batches: int, timed_batches: int
+               ) -> tuple[float, float]:
+  """(images per second, CPU ms per image) of host batches, no step.
+
+  CPU time is the process's (time.process_time: tf.data's threads
+  included), which other work on the machine disturbs far less than the
+  wall clock.
+  """
+  for _ in range(warmup_batches):
+    next(batches)
+  images = 0
+  wall, cpu = time.perf_counter(), time.process_time()
+  for _ in range(timed_batches):
+    images += len(next(batches)['label'])
+  wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+  return images / wall, 1000.0 * cpu / images
+
+
 def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  config = synthetic_config(config)
+  real = config.bench.data == 'real'
+  if not real:
+    config = synthetic_config(config)
   exp = experiment.build_experiment(config, workdir)
   start = time.perf_counter()
   engine = engines.create_engine(exp)
@@ -62,6 +97,23 @@ def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
   devices = list(exp.mesh.devices.flat)
   peak_before = mfu.measured_peak_flops(devices, exp.model.dtype)
 
+  input_record = {}
+  if real:
+    logging.info('bench: timing the input pipeline alone, %d batches',
+                 config.bench.steps)
+    alone = exp.dataset.train_batches(0)
+    try:
+      input_images_per_sec, cpu_ms = time_input(
+          alone, max(1, config.bench.warmup_steps), config.bench.steps)
+    finally:
+      alone.close()  # its threads stop before the step is timed
+    cpu_ms = round(cpu_ms, 3)  # what the record holds, and all else follows from
+    input_record = {
+        'input_images_per_sec': round(input_images_per_sec, 1),
+        'input_cpu_ms_per_image': cpu_ms,
+        'input_images_per_sec_per_core': round(1000.0 / cpu_ms, 1),
+        'host_cores': host_cores(),
+    }
   engine.start(state_lib.create_train_state(
       exp.model, exp.tx, config.data.image_size, exp.state_shardings, config.seed))
   batches = device_input.DevicePrefetcher(
@@ -120,9 +172,22 @@ def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
       'peak_tflops': round(peak / 1e12, 4),
       'mfu': round(mfu.mfu(flops_per_step, total_s / config.bench.steps, peak), 4),
       'input_wait_fraction': round(input_wait_s / total_s, 4),
+      'data_source': config.data.source,
+      **input_record,
       'steps': config.bench.steps,
       'date': datetime.date.today().isoformat(),
   }
+  if real:
+    # Per host: each process feeds its own devices.
+    host_images_per_sec = record['images_per_sec'] / jax.process_count()
+    cores, cpu_ms = record['host_cores'], record['input_cpu_ms_per_image']
+    record['host_cores_needed'] = host_input.cores_needed(
+        host_images_per_sec, cpu_ms)
+    record['input_bound'] = (
+        host_input.images_per_sec(cores, cpu_ms) < host_images_per_sec)
+    record['host_input'] = host_input.verdict(host_images_per_sec, cores,
+                                              cpu_ms)
+    logging.info('bench: %s', record['host_input'])
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, RESULTS_FILE_NAME), 'a') as f:

@@ -134,6 +134,32 @@ def restore_weights(directory: str, step: int, abstract_state):
                                 opt_state=None)
 
 
+def restore_ema(directory: str, step: int, abstract_opt_state, abstract_params):
+  """The moving average of the parameters (trainer/optim.py: ParamsEma) that
+  checkpoint `step` keeps in its optimiser state, read straight onto the
+  parameters' layout (`abstract_params`); nothing else of the optimiser
+  state is read (orbax's PLACEHOLDER: the saved optimiser state is a list,
+  from which a partial restore cannot leave entries out)."""
+  from trainer import optim  # pylint: disable=g-import-not-at-top
+  prefix = f'opt_state/{optim.ema_path(abstract_opt_state)}/ema/'
+  params = leaves_by_path(abstract_params)
+  with _reader(directory) as manager:
+    saved = {'opt_state': manager.item_metadata(step)['state']['opt_state']}
+  averaged = {p[len(prefix):] for p in leaves_by_path(saved) if p.startswith(prefix)}
+  if averaged != set(params):
+    raise UsageError(f'checkpoint {step} in {directory} keeps no moving average of '
+                     'these parameters; evaluate with eval.weights=raw')
+
+  def pick(path, _):
+    name = path_str(path)
+    return params[name[len(prefix):]] if name.startswith(prefix) else ocp.PLACEHOLDER
+  restored = leaves_by_path(restore_subset(
+      directory, step, jax.tree_util.tree_map_with_path(pick, saved)))
+  logging.info('Restored the moving average of the weights of checkpoint %d from %s',
+               step, directory)
+  return tree_from_paths({q: restored[prefix + q] for q in params})
+
+
 def restore_subset(directory: str, step: int, target: dict) -> dict:
   """The leaves of checkpoint `step` that `target` names, and no others.
 

@@ -99,7 +99,7 @@ def _sum_over_processes(value: int) -> int:
 
 
 def summary_json(summary: dict) -> str:
-  keys = ('step', 'accuracy', 'top5', 'loss', 'num_examples')
+  keys = ('step', 'weights', 'accuracy', 'top5', 'loss', 'num_examples')
   return json.dumps({k: summary[k] for k in keys})
 
 
@@ -148,6 +148,9 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
   agreement.check_same_run(config, num_eval_examples=exp.dataset.num_eval_examples,
                            eval_checkpoint=f'{os.path.basename(directory)}/{step}')
   state = checkpointing.restore_weights(directory, step, exp.abstract_state)
+  if config.eval.weights == 'ema':
+    state = state.replace(params=checkpointing.restore_ema(
+        directory, step, exp.abstract_state.opt_state, exp.abstract_state.params))
   exp = weights_only(exp)
   # A stop signal ends this process at once, with exit 75 (main.py), as in
   # start-up: it has written nothing, so there is nothing to agree on. The
@@ -155,7 +158,7 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
   # leaves its peers waiting in a collective until launch.py stops them
   # too (cli/launcher.py).
   preemption.during_evaluation(step)
-  summary = {'step': step, **run_evaluation(exp, compile_eval_step(exp), state,
+  summary = {'step': step, 'weights': config.eval.weights, **run_evaluation(exp, compile_eval_step(exp), state,
                                             _debug_pause(config, step))}
   if summary['num_unreadable']:
     # Named here, not in unreadable_files.txt: eval writes nothing there.

@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 
 from configs.errors import UsageError
 from trainer import checkpointing
+from trainer import optim
 
 HEAD_PREFIX = 'head/'  # the classifier of every model in models/
 
@@ -105,4 +106,7 @@ def initialize_from(state, init_config, step: int | None = None):
   kept_fresh = sorted(set(ours) - set(target))
   logging.info('Initialised from %s step %d: %d arrays restored, fresh: %s',
                directory, step, len(target), ', '.join(kept_fresh) or 'none')
-  return state.replace(params=new['params'], batch_stats=new['batch_stats'])
+  # A moving average of the weights starts at the weights the run starts
+  # from, not at the fresh initialisation the optimiser state was made with.
+  return state.replace(params=new['params'], batch_stats=new['batch_stats'],
+                       opt_state=optim.with_ema_of(state.opt_state, new['params']))

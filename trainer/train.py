@@ -22,6 +22,7 @@ from trainer import evaluate
 from trainer import experiment
 from trainer import metrics_log
 from trainer import mfu
+from trainer import optim
 from trainer import preemption
 from trainer import profiling
 from trainer import run_start
@@ -205,7 +206,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
     # Its checkpoint is saved, and every evaluated save is a best candidate.
     run.checkpointer.save_if_best(start_step, engine.state(),
                                   _checkpoint_meta(run, start_step),
-                                  eval_metrics['accuracy'])
+                                  _ranked_accuracy(run, eval_metrics))
 
   # --- Input: the stream is a pure function of (seed, step), so resuming at
   # start_step continues exactly where the interrupted run stopped.
@@ -329,16 +330,32 @@ def _log_progress(run: _Run, interval: _Interval, step: int,
 def _evaluate(run: _Run, step: int, stop_agreed: Callable[[int], bool]) -> dict | None:
   """Evaluates the engine's state; writes the eval record and logs it.
   None, and nothing written, when a stop ended the pass (stop_agreed)."""
-  eval_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, run.engine.state(),
-                                         stop_agreed)
+  state = run.engine.state()
+  eval_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, state, stop_agreed)
   if eval_metrics is None:
     return None
+  ema = optim.ema_params(state.opt_state)
+  if ema is not None:
+    # The moving average beside the raw weights, with the same batch
+    # statistics (optim.params_ema averages the parameters only), laid out
+    # as the parameters (mesh.shard_update splits it over data).
+    ema = jax.device_put(ema, run.exp.state_shardings.params)
+    ema_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, state.replace(params=ema),
+                                          stop_agreed)
+    if ema_metrics is None:
+      return None
+    eval_metrics.update({f'ema_{k}': ema_metrics[k] for k in ('accuracy', 'top5', 'loss')})
   run.unreadable_examples.update()
   run.log.write({'step': step, 'split': 'eval', **eval_metrics})
   logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
                step, eval_metrics['accuracy'], eval_metrics['top5'],
                eval_metrics['loss'], eval_metrics['num_examples'])
   return eval_metrics
+
+
+def _ranked_accuracy(run: _Run, eval_metrics: dict) -> float:
+  """The top-1 that checkpoint.keep_best ranks by: eval.weights' (raw or EMA)."""
+  return eval_metrics['ema_accuracy' if run.exp.config.eval.weights == 'ema' else 'accuracy']
 
 
 def _eval_stop(run: _Run, stop: preemption.StopRequest,
@@ -394,7 +411,7 @@ def _save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None =
   meta = _checkpoint_meta(run, step, eval_pending)
   run.checkpointer.save(step, state, meta)
   if eval_metrics is not None:
-    run.checkpointer.save_if_best(step, state, meta, eval_metrics['accuracy'])
+    run.checkpointer.save_if_best(step, state, meta, _ranked_accuracy(run, eval_metrics))
 
 
 def _stop_after_save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None,

@@ -16,12 +16,14 @@ MESH_AXES = ('data', 'fsdp', 'tensor')
 OPTIMIZERS = ('sgd', 'adamw', 'lars', 'lamb')
 LR_SCALINGS = ('linear', 'none')
 LR_SCHEDULES = ('cosine', 'constant', 'step')
+EVAL_WEIGHTS = ('raw', 'ema')  # eval.weights
 ENGINES = ('spmd', 'ps', 'allreduce')
 ALLREDUCE_ALGORITHMS = ('ring', 'hierarchical')
 STUDY_ENGINES = ('ps', 'allreduce')  # the emulated engines, whose links the study paces
 PS_MODES = ('sync', 'async')
 PS_PARTITIONERS = ('greedy', 'round_robin')
 PS_PLACEMENTS = ('dedicated', 'colocated')  # plan.ps_placement
+BENCH_DATA = ('synthetic', 'real')  # bench.data
 NONFINITE = ('stop', 'skip')
 CLUSTERS = ('auto', 'slurm', 'ompi', 'none')
 # Seeds are 32-bit: JAX's keys take the seed modulo 2**32 without x64, so two
@@ -130,6 +132,11 @@ def _check_length_and_batch(config: ml_collections.ConfigDict) -> None:
   _at_least('batch_size', config.batch_size, 1)
   _at_least('bench.steps', config.bench.steps, 1)
   _at_least('bench.warmup_steps', config.bench.warmup_steps, 0)
+  _one_of('bench.data', config.bench.data, BENCH_DATA)
+  if config.bench.data == 'real' and config.data.source == 'synthetic':
+    raise UsageError("bench.data='real' times the input pipeline of "
+                     "data.source, and data.source='synthetic' has none: set "
+                     'data.source (folder, tfds, shapes)')
   profile_steps(config.profile_steps)
   _at_least('num_train_steps', config.num_train_steps, 0)
   _at_least('num_epochs', config.num_epochs, 0.0)
@@ -242,6 +249,13 @@ def _check_evaluation(config: ml_collections.ConfigDict) -> None:
                      f"but data.source={config.data.source!r}; for folder data "
                      'set eval.data_dir (and eval.split) instead')
   _at_least('eval.batch_size', config.eval.batch_size, 0)
+  _one_of('eval.weights', config.eval.weights, EVAL_WEIGHTS)
+  if not math.isfinite(config.ema_decay) or not 0 <= config.ema_decay < 1:
+    raise UsageError(f'ema_decay={config.ema_decay!r} must be in [0, 1) (0: no moving '
+                     f'average)')
+  if config.eval.weights == 'ema' and not config.ema_decay:
+    raise UsageError("eval.weights='ema': this run keeps no moving average of its "
+                     'weights (ema_decay=0); train with ema_decay > 0, or use raw')
 
 
 def _check_runtime(config: ml_collections.ConfigDict) -> None:
@@ -386,6 +400,10 @@ def _check_plan_cluster(plan) -> None:
   for key, meaning in zero_means.items():
     if not 0 <= plan[key] < math.inf:
       raise UsageError(f'plan.{key}={plan[key]!r} must be a finite number >= 0 (0: {meaning})')
+  _at_least('plan.host_cores', plan.host_cores, 0)
+  if not 0 < plan.host_cpu_ms_per_image < math.inf:
+    raise UsageError(f'plan.host_cpu_ms_per_image={plan.host_cpu_ms_per_image!r} must be a '
+                     'finite number > 0 (CPU ms per image)')
   _one_of('plan.ps_placement', plan.ps_placement, PS_PLACEMENTS)
   parse_names('plan.allreduce_algorithms', plan.allreduce_algorithms,
               ALLREDUCE_ALGORITHMS, 'algorithm')

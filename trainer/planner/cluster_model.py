@@ -11,6 +11,11 @@ The all-reduce and the dedicated-server PS are what the emulator does
 (trainer/engines/emulation/topology.py, trainer/engines/allreduce/ring.py,
 trainer/engines/ps/cluster.py), so the study can check them against it.
 Co-located servers are a model of their own (ps_direction_s).
+
+A host's CPU cores are a resource too: its input pipeline decodes its G
+devices' images beside the step (prefetching), at a CPU cost per image, so
+a step takes at least the time C cores need for G*b images
+(host_input_s); a cluster whose devices outrun that is input-bound.
 """
 
 import collections
@@ -36,6 +41,7 @@ RESOURCES = {
     'intra_host': 'the intra-host link',
     'server_nic': "the servers' NICs",
     'servers_update': "the servers' update",
+    'host_cpu': "the hosts' CPU cores (input decoding)",
 }
 
 
@@ -47,6 +53,8 @@ class Cluster:
   nic_latency_s: float = 0.0
   intra_bandwidth: float = math.inf  # each device's port inside its host
   intra_latency_s: float = 0.0
+  host_cores: int = 0  # C: a host's cores for its input pipeline; 0: not counted
+  host_cpu_s_per_image: float = 0.0  # CPU seconds to decode and augment an image
 
   @property
   def num_workers(self) -> int:
@@ -216,17 +224,42 @@ def _overlapped(compute_s: float, comm_s: float, share: float) -> float:
   return (1 - share) * compute_s + max(share * compute_s, comm_s)
 
 
+def host_input_s(c: Cluster, per_device_batch: int) -> float:
+  """Seconds a host's C cores take to decode one step's images for its G
+  devices, G*b*cpu_s/C (0 when the cores are not counted)."""
+  if not c.host_cores or per_device_batch <= 0:
+    return 0.0
+  return (c.devices_per_host * per_device_batch * c.host_cpu_s_per_image
+          / c.host_cores)
+
+
 def step_parts(strategy: str, compute_s: float, model_bytes: float, c: Cluster, *,
                num_shards: int = 1, placement: str = 'dedicated', update_s: float = 0.0,
-               overlap: bool = False, overlap_share: float = 1.0) -> tuple[float, dict]:
+               overlap: bool = False, overlap_share: float = 1.0,
+               input_s: float = 0.0) -> tuple[float, dict]:
   """(step seconds, {resource: seconds of the step that went to it}).
 
   All-reduce: T_C then the all-reduce; with overlap the all-reduce hides
   behind the last `overlap_share` of T_C (1: all of it, as formulas.py;
   BACKPROP_SHARE: the backward pass). PS: T_C, push, the servers' update
   (update_s: all shards together), pull; with overlap the push hides so
-  (formulas.ps_step_s).
+  (formulas.ps_step_s). The input pipeline runs beside all of it: the step
+  takes max(that, input_s) (host_input_s); 'host_cpu', input_s, is among
+  the parts only when it sets the step (the cores are busy all of it).
   """
+  step, parts = _device_step_parts(strategy, compute_s, model_bytes, c,
+                                   num_shards=num_shards, placement=placement,
+                                   update_s=update_s, overlap=overlap,
+                                   overlap_share=overlap_share)
+  if input_s > step:
+    return input_s, {**parts, 'host_cpu': input_s}
+  return step, parts
+
+
+def _device_step_parts(strategy: str, compute_s: float, model_bytes: float, c: Cluster, *,
+                       num_shards: int, placement: str, update_s: float,
+                       overlap: bool, overlap_share: float) -> tuple[float, dict]:
+  """step_parts without the input pipeline."""
   if strategy in ALLREDUCE_ALGORITHMS:
     comm = allreduce_parts(model_bytes, c, strategy)
     total = sum(comm.values())

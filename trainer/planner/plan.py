@@ -3,8 +3,9 @@
 The cluster (`plan.*`): plan.num_workers devices, plan.devices_per_host to
 a host, the hosts' NIC (plan.link_bandwidth_gbps, plan.link_latency_ms),
 the link inside a host (plan.intra_host_gbps, plan.intra_host_latency_ms),
-where PS shards live (plan.ps_placement) and the all-reduce algorithms to
-compare. Its compute time T_C(b) at each per-device batch b is measured
+where PS shards live (plan.ps_placement), the all-reduce algorithms to
+compare, and the cores a host decodes its input with (plan.host_cores at
+plan.host_cpu_ms_per_image; 0 cores: not counted). Its compute time T_C(b) at each per-device batch b is measured
 here, or comes from the devices' peak (XLA's FLOPs of the batch's program,
 compiled here, at plan.device_tflops x plan.device_utilization), or from a
 stated T_C (plan.compute_s at plan.compute_s_batch, in proportion to the
@@ -14,7 +15,8 @@ the servers' update time.
 The answers (trainer/planner/recommend.py): the per-device batch, from the
 predicted throughput of the whole step on that cluster; all-reduce (which)
 or PS (how many shards); the most hosts that still scale above 80% and what
-limits them. Writes plan.json and plan.png; prints the answers and a table.
+limits them; whether the hosts' cores keep up with their devices (an
+input-bound cluster's throughput is capped at what the cores decode). Writes plan.json and plan.png; prints the answers and a table.
 
 The cluster's predictions leave out this host's copies between emulated
 devices and host memory (measured and reported as host_copies; the study
@@ -63,7 +65,9 @@ def describe_cluster(plan, num_workers: int) -> cm.Cluster:
                     nic_bandwidth=units.gbps_to_bytes_per_s(plan.link_bandwidth_gbps),
                     nic_latency_s=plan.link_latency_ms / 1e3,
                     intra_bandwidth=units.gbps_to_bytes_per_s(plan.intra_host_gbps),
-                    intra_latency_s=plan.intra_host_latency_ms / 1e3)
+                    intra_latency_s=plan.intra_host_latency_ms / 1e3,
+                    host_cores=plan.host_cores,
+                    host_cpu_s_per_image=plan.host_cpu_ms_per_image / 1e3)
 
 
 def _cluster_compute(plan, exp, local_workers, batches, capacity, model_name) -> tuple:
@@ -138,7 +142,8 @@ def _measure_and_plan(config, workdir: str) -> dict:
       nic_gbps=plan.link_bandwidth_gbps)
 
   def at(c: cm.Cluster, strategy: str, shards: int | None = None) -> dict:
-    e = recommend.evaluate(strategy, compute, size, c, num_shards=shards, **kw)
+    e = recommend.evaluate(strategy, compute, size, c, num_shards=shards,
+                           per_device_batch=batch, **kw)
     e['images_per_sec'] = c.num_workers * batch / e['step_s']
     return {k: v for k, v in e.items() if k != 'parts'}
   hosts = sorted(set(_powers_of_two_to(max(2 * cluster.num_hosts,
@@ -165,6 +170,8 @@ def _measure_and_plan(config, workdir: str) -> dict:
                   'intra_host_gbps': plan.intra_host_gbps,
                   'intra_host_latency_ms': plan.intra_host_latency_ms,
                   'ps_placement': plan.ps_placement, 'overlap': plan.overlap,
+                  'host_cores': plan.host_cores,
+                  'host_cpu_ms_per_image': plan.host_cpu_ms_per_image,
                   'strategies': strategies,
                   'device_memory_gib': capacity / memory.GIB if capacity else None,
                   'compute_s': compute, 'compute_s_source': compute_source},

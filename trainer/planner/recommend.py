@@ -8,6 +8,7 @@ shards), the most hosts that still scale above the threshold and what
 limits them, and says it in words.
 """
 
+from trainer import host_input
 from trainer import units
 from trainer.planner import cluster_model as cm
 from trainer.planner import formulas
@@ -19,21 +20,28 @@ _LARGEST_BATCH = 2**24  # batch_to_scale looks no further
 
 def evaluate(strategy: str, compute_s: float, model_bytes: float, cluster: cm.Cluster, *,
              placement: str, update_s: float, overlap: bool,
-             num_shards: int | None = None) -> dict:
+             num_shards: int | None = None, per_device_batch: int = 0) -> dict:
   """One strategy's step on `cluster`: PS takes `num_shards`, or ps_shards'
-  choice; the servers' update, update_s with one shard, splits over them."""
+  choice; the servers' update, update_s with one shard, splits over them.
+  With `per_device_batch` the hosts' cores count (cluster.host_cores): the
+  step waits for the input pipeline when they decode slower."""
   shards = 0
   if strategy == 'ps':
     shards = num_shards or ps_shards(compute_s, model_bytes, cluster, placement=placement,
                                      update_s=update_s, overlap=overlap)
-  step, parts = cm.step_parts(strategy, compute_s, model_bytes, cluster,
-                              num_shards=max(shards, 1), placement=placement,
-                              update_s=update_s / max(shards, 1), overlap=overlap,
-                              overlap_share=cm.BACKPROP_SHARE)
+  common = dict(num_shards=max(shards, 1), placement=placement,
+                update_s=update_s / max(shards, 1), overlap=overlap,
+                overlap_share=cm.BACKPROP_SHARE)
+  device_step = cm.step_s(strategy, compute_s, model_bytes, cluster, **common)
+  step, parts = cm.step_parts(strategy, compute_s, model_bytes, cluster, **common,
+                              input_s=cm.host_input_s(cluster, per_device_batch))
   return {'strategy': strategy, 'num_shards': shards, 'step_s': step,
+          'device_step_s': device_step,
           'efficiency': cm.efficiency(compute_s, step),
           'images_per_sec': None, 'parts': parts,
-          'limited_by': cm.limiting_resource(parts)}
+          'limited_by': cm.limiting_resource(parts),
+          'per_device_batch': per_device_batch,
+          'input_bound': 'host_cpu' in parts}
 
 
 def ps_shards(compute_s: float, model_bytes: float, cluster: cm.Cluster, *,
@@ -64,7 +72,8 @@ def scaling_limit(evaluation: dict, compute_s: float, model_bytes: float,
   strategy, shards = evaluation['strategy'], evaluation['num_shards'] or None
   def at(hosts):
     return evaluate(strategy, compute_s, model_bytes, cluster.with_hosts(hosts),
-                    num_shards=shards, **kw)
+                    num_shards=shards, per_device_batch=evaluation['per_device_batch'],
+                    **kw)
   hosts = cm.max_scaling_hosts(lambda h: at(h)['efficiency'], THRESHOLD, _MOST_HOSTS)
   if hosts is None:
     return None, 'compute'
@@ -79,8 +88,8 @@ def batch_to_scale(per_example_s: float, model_bytes: float, cluster: cm.Cluster
   strategy scales on `cluster`, T_C growing in proportion to the batch;
   None when none up to 2**24 does."""
   def scales(b):
-    return _best(per_example_s * b, model_bytes, cluster, strategies, **kw)[
-        'efficiency'] >= THRESHOLD
+    return _best(per_example_s * b, model_bytes, cluster, strategies,
+                 per_device_batch=b, **kw)['efficiency'] >= THRESHOLD
   low, high = start, start
   while not scales(high):
     if high >= _LARGEST_BATCH:
@@ -100,7 +109,8 @@ def recommend(compute_by_batch: dict, model_bytes: float, cluster: cm.Cluster, *
   n = cluster.num_workers
   by_batch = {}
   for b, compute in sorted(compute_by_batch.items()):
-    options = [evaluate(s, compute, model_bytes, cluster, **kw) for s in strategies]
+    options = [evaluate(s, compute, model_bytes, cluster, per_device_batch=b, **kw)
+               for s in strategies]
     for e in options:
       e['images_per_sec'] = n * b / e['step_s']
     by_batch[b] = options
@@ -120,6 +130,8 @@ def recommend(compute_by_batch: dict, model_bytes: float, cluster: cm.Cluster, *
                             strategies, largest, **kw)
   # PS on a link slower than one host's own traffic: no shard count helps.
   host_bytes = cm.ps_host_bytes(model_bytes, cluster, placement)
+  # What the devices would take if the cores kept up, per host.
+  device_images_per_host = cluster.devices_per_host * batch / best['device_step_s']
   return {
       'per_device_batch': batch,
       'global_batch': batch * n,
@@ -133,6 +145,13 @@ def recommend(compute_by_batch: dict, model_bytes: float, cluster: cm.Cluster, *
       'efficiency': best['efficiency'],
       'images_per_sec': best['images_per_sec'],
       'limited_by_now': cm.limiting_resource(best['parts']),
+      'input_bound': best['input_bound'],
+      'device_images_per_sec_per_host': device_images_per_host,
+      'host_cores': cluster.host_cores,
+      'host_cpu_ms_per_image': cluster.host_cpu_s_per_image * 1e3,
+      'host_cores_needed': (host_input.cores_needed(
+          device_images_per_host, cluster.host_cpu_s_per_image * 1e3)
+          if cluster.host_cores else None),
       'max_hosts_that_scale': hosts,
       'scaling_limited_by': limit,
       'no_batch_scales': not scales_somewhere,
@@ -195,7 +214,18 @@ def words(rec: dict, cluster: cm.Cluster, *, placement: str, largest_batch: int,
         f'{largest_batch} the best, {strategy_name(best["strategy"], best["num_shards"], placement)}, '
         f'reaches {100 * best["efficiency"]:.1f}%; ' +
         (f'it would take a per-device batch of about {needed:,}' if needed else
-         'no batch up to 2**24 would') + ' (T_C in proportion to the batch), or a faster network')
+         'no batch up to 2**24 would') + ' (T_C in proportion to the batch), or ' +
+        # A host's input grows with the batch as T_C does: no batch helps.
+        (f'{rec["host_cores_needed"]} host cores' if rec['input_bound'] else
+         'a faster network'))
+  if rec['input_bound']:
+    lines.append(
+        f'{host_input.verdict(rec["device_images_per_sec_per_host"], rec["host_cores"], rec["host_cpu_ms_per_image"])}; '
+        f'the predicted throughput is capped at what the cores decode, '
+        f'{rec["images_per_sec"]:.4g} images/s on {shape}')
+  elif rec['host_cores']:
+    lines.append(host_input.verdict(rec['device_images_per_sec_per_host'],
+                                    rec['host_cores'], rec['host_cpu_ms_per_image']))
   if rec['link_bound']:
     lines.append(
         f'the link, not the number of shards, limits PS here: a host\'s own traffic, '

@@ -1,0 +1,43 @@
+"""A host's cores against its devices: can the input pipeline keep up?
+
+Decoding and augmenting an image costs `cpu_ms_per_image` milliseconds of
+CPU time (all of tf.data's threads); C cores that do nothing else decode at
+most C * 1000 / cpu_ms_per_image images a second. A host whose devices take
+more images a second than that is input-bound: the step waits for input,
+whatever the devices and the network could do. `--mode=bench` measures
+the cost (bench.data='real'); the planner takes it as given
+(plan.host_cpu_ms_per_image).
+"""
+
+import math
+
+
+def images_per_sec(cores: float, cpu_ms_per_image: float) -> float:
+  """The most images a second `cores` busy cores decode."""
+  return cores * 1000.0 / cpu_ms_per_image
+
+
+def cores_needed(device_images_per_sec: float, cpu_ms_per_image: float) -> int:
+  """Whole cores that decode `device_images_per_sec` images a second."""
+  # Rounded to 9 digits first, so that float error never adds a core.
+  return math.ceil(round(device_images_per_sec * cpu_ms_per_image / 1000.0, 9))
+
+
+def _cores(number: int) -> str:
+  return f'{number} core{"s" if number != 1 else ""}'
+
+
+def verdict(device_images_per_sec: float, cores: int,
+            cpu_ms_per_image: float) -> str:
+  """One sentence: whether `cores` keep up with the devices of one host."""
+  supply = images_per_sec(cores, cpu_ms_per_image)
+  needed = cores_needed(device_images_per_sec, cpu_ms_per_image)
+  if supply < device_images_per_sec:
+    return (f"input-bound: the host's {_cores(cores)} decode at most "
+            f'{supply:,.0f} images/s at {cpu_ms_per_image:g} CPU-ms per image, '
+            f'its devices take {device_images_per_sec:,.0f}; feeding them '
+            f'takes {_cores(needed)}')
+  return (f"the host's {_cores(cores)} keep up: they decode up to "
+          f'{supply:,.0f} images/s at {cpu_ms_per_image:g} CPU-ms per image, '
+          f'its devices take {device_images_per_sec:,.0f} ({_cores(needed)} '
+          'busy)')
