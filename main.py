@@ -5,9 +5,9 @@
   main.py --list=models|recipes
 
 Modes: train (the default; rerun the same command to resume), eval (restore a
-checkpoint and evaluate), bench (time the train step), plan and study (the
-parameter-server planner), prepare (prepare the data once, before a
-multi-host job). README.md is the guide; docs/configuration.md lists every
+checkpoint and evaluate), predict (classify image files with a checkpoint),
+bench (time the train step), plan and study (the parameter-server planner),
+prepare (prepare the data once, before a multi-host job). README.md is the guide; docs/configuration.md lists every
 config key.
 """
 
@@ -89,7 +89,7 @@ def run(argv) -> int:
     check_data_config(config.data)
   if evaluation is not None and FLAGS.mode != 'prepare':
     check_data_config(evaluation)
-  if FLAGS.mode == 'eval' and schema.load_saved(FLAGS.workdir) is None:
+  if FLAGS.mode in ('eval', 'predict') and schema.load_saved(FLAGS.workdir) is None:
     raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '
                      f'(no {schema.CONFIG_FILE_NAME}); train first')
 
@@ -135,6 +135,10 @@ def run(argv) -> int:
       plan.run_plan(config, FLAGS.workdir)
     else:
       print(json.dumps(study.run_study(config, FLAGS.workdir)), flush=True)
+    return 0
+  if FLAGS.mode == 'predict':
+    from trainer import predict  # pylint: disable=g-import-not-at-top
+    predict.run_predict(config, FLAGS.workdir)
     return 0
   from trainer import evaluate, train  # pylint: disable=g-import-not-at-top
   if FLAGS.mode == 'train':

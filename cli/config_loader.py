@@ -32,7 +32,7 @@ MUTABLE_KEY_PREFIXES = (
     'engine', 'ps.', 'model.bn_group_size', 'model.conv_form', 'bench.',
     'profile_steps',
     'data.dir', 'data.manual_dir', 'data.prefetch_batches',
-    'init.',
+    'init.', 'predict.',
 )
 
 

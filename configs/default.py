@@ -163,6 +163,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.split = ''  # split (tfds) or sub-folder (folder data); '': data.eval_split
   config.eval.data_dir = ''  # data root (tfds data dir, or the image folder); '': data.dir
 
+  # --- Classifying images (--mode=predict) ------------------------------------
+  config.predict = ml_collections.ConfigDict()
+  config.predict.inputs = ''  # comma-separated image files, folders (searched below for .jpg/.jpeg/.png) and .txt lists (one path a line)
+  config.predict.top_k = 5  # classes reported per image, most probable first
+  config.predict.output = ''  # also write the JSON lines to this file; '': standard output only
+
   # --- Runtime ---------------------------------------------------------------
   config.runtime = ml_collections.ConfigDict()
   config.runtime.num_cpu_devices = 0  # CPU only: devices to emulate; 0: one per core

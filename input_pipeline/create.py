@@ -64,11 +64,11 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
       train=train, evaluation=evaluation, class_names=class_names,
       image_size=data_config.image_size, augment=data_config.augment,
       snap_crops=data_config.snap_crops_to_jpeg_blocks,
-      jpeg_decoding=_jpeg_decoding(data_config),
+      jpeg_decoding=jpeg_decoding(data_config),
       prefetch_batches=data_config.prefetch_batches, **common)
 
 
-def _jpeg_decoding(data_config):
+def jpeg_decoding(data_config):
   """crops.JpegDecoding from data.jpeg_scaled_decode; imports TensorFlow."""
   # pylint: disable-next=g-import-not-at-top
   from input_pipeline import crops
@@ -93,5 +93,5 @@ def _create_tfds(data_config, class_map_path: str | None, **common) -> Dataset:
       augment=data_config.augment,
       snap_crops=data_config.snap_crops_to_jpeg_blocks,
       eval_crop_fraction=data_config.eval_crop_fraction,
-      jpeg_decoding=_jpeg_decoding(data_config),
+      jpeg_decoding=jpeg_decoding(data_config),
       prefetch_batches=data_config.prefetch_batches, **common)

@@ -47,7 +47,7 @@ def list_classes(split_dir: str) -> list[str]:
       e.name for e in os.scandir(split_dir) if e.is_dir())
 
 
-def _walk_images(class_dir: str):
+def walk_images(class_dir: str):
   """The images under `class_dir`, lazily, in a fixed order."""
   for root, dirs, files in os.walk(class_dir):
     dirs[:] = _visible_sorted(dirs)
@@ -58,7 +58,7 @@ def _walk_images(class_dir: str):
 def _list_images(class_dir: str) -> list[str]:
   # Sorted: the file order, hence the label of every example index, must be
   # the same on every process and every run.
-  return sorted(_walk_images(class_dir))
+  return sorted(walk_images(class_dir))
 
 
 def list_images(split_dir: str, class_map: dict[str, int]) -> ImageFiles:
@@ -189,7 +189,7 @@ def classes_too_small_to_split(root: str) -> list[str]:
   """
   return [name for name in list_classes(root)
           if len(list(itertools.islice(
-              _walk_images(os.path.join(root, name)), 2))) < 2]
+              walk_images(os.path.join(root, name)), 2))) < 2]
 
 
 def split_folder(root: str, val_fraction: float, seed: int,

@@ -116,6 +116,51 @@ def test_eval_mode_reproduces_the_final_training_accuracy(trained_copy):
   assert summary['num_examples'] == 600
 
 
+def test_predict_classifies_a_folder_a_list_and_files_and_skips_the_unreadable(
+    trained_copy, shapes_dir, tmp_path):
+  """--mode=predict on the validation folder agrees with --mode=eval's top-1
+  (the same evaluation view, weights and classes.json), names the class of
+  every image, and names and skips an image that does not decode."""
+  val = os.path.join(shapes_dir, 'val')
+  broken = tmp_path / 'broken.jpg'
+  broken.write_bytes(b'not a jpeg')
+  some = sorted(os.path.join(val, c, f) for c in sorted(os.listdir(val))[:2]
+                for f in sorted(os.listdir(os.path.join(val, c)))[:1])
+  listing = tmp_path / 'list.txt'
+  listing.write_text('# two images\n' + '\n'.join(some) + '\n\n')
+  output = tmp_path / 'predictions.jsonl'
+  before = sorted(os.listdir(trained_copy))
+  result = run_main(f'--workdir={trained_copy}', '--mode=predict',
+                    f'--config.predict.inputs={val},{listing},{broken}',
+                    '--config.predict.top_k=3', f'--config.predict.output={output}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = [json.loads(l) for l in result.stdout.strip().splitlines()]
+  assert output.read_text().strip().splitlines() == result.stdout.strip().splitlines()
+  assert len(lines) == 600 + 2 and [l['file'] for l in lines[600:]] == some
+  assert f'Unreadable image, skipped: {broken}' in result.stderr
+  assert sorted(os.listdir(trained_copy)) == before  # nothing written there
+  for line in lines:
+    probabilities = [c['probability'] for c in line['top_k']]
+    assert len(probabilities) == 3 and probabilities == sorted(probabilities, reverse=True)
+    assert sum(probabilities) <= 1 + 1e-6
+  correct = sum(l['top_k'][0]['name'] == os.path.basename(os.path.dirname(l['file']))
+                for l in lines[:600])
+  final = _records(trained_copy, 'eval')[-1]
+  assert abs(correct / 600 - final['accuracy']) <= 1 / 600
+
+
+@pytest.mark.parametrize('inputs, message', [
+    ('', "predict.inputs='' names no image"),
+    ('/nonexistent/x.png', '/nonexistent/x.png is not an image file, a folder'),
+])
+def test_predict_without_images_exits_2_in_one_line(trained_copy, inputs, message):
+  result = run_main(f'--workdir={trained_copy}', '--mode=predict',
+                    f'--config.predict.inputs={inputs}')
+  assert result.returncode == 2
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith('error: ') and message in last
+
+
 def test_eval_mode_restores_a_chosen_checkpoint(trained_copy):
   trained = _records(trained_copy, 'eval')
   result = run_main(f'--workdir={trained_copy}', '--mode=eval',

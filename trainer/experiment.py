@@ -114,11 +114,20 @@ def create_experiment_dataset(config, workdir: str, *, eval_only: bool = False):
 
 def build_experiment(config: ml_collections.ConfigDict, workdir: str, *,
                      eval_only: bool = False) -> Experiment:
+  dataset = create_experiment_dataset(config, workdir, eval_only=eval_only)
+  steps_per_epoch, total_steps = training_length(config, dataset.num_train_examples)
+  return build_without_data(config, resolve_num_classes(config, dataset), dataset,
+                            steps_per_epoch, total_steps)
+
+
+def build_without_data(config: ml_collections.ConfigDict, num_classes: int, dataset=None,
+                       steps_per_epoch: int = 1, total_steps: int = 1) -> Experiment:
+  """The mesh, model, optimiser and state layout, for `dataset` or for none
+  (--mode=predict: the state's layout is what a restore needs, and it does
+  not depend on the schedule's length)."""
   mesh = mesh_lib.create_mesh(config.mesh)
   rules = mesh_lib.logical_axis_rules(config)
-  dataset = create_experiment_dataset(config, workdir, eval_only=eval_only)
-  model = create_model(config, resolve_num_classes(config, dataset))
-  steps_per_epoch, total_steps = training_length(config, dataset.num_train_examples)
+  model = create_model(config, num_classes)
   learning_rate_fn = optim.create_learning_rate_fn(config, steps_per_epoch, total_steps)
   tx = optim.create_optimizer(config, learning_rate_fn)
   shardings = state_lib.state_shardings(

@@ -209,3 +209,11 @@ def eval_step(state: TrainState, batch, *, model):
       'correct_top5': (top_k_correct(logits, labels, 5) * mask).sum(),
       'count': mask.sum(),
   }
+
+
+def predict_step(state: TrainState, images, *, model):
+  """Class probabilities, float32 [B, classes], of uint8 images in the
+  evaluation view (--mode=predict)."""
+  logits, _ = _apply(model, state.params, state.batch_stats, normalize_images(images),
+                     train=False)
+  return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)

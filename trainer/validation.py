@@ -250,6 +250,7 @@ def _check_evaluation(config: ml_collections.ConfigDict) -> None:
                      'set eval.data_dir (and eval.split) instead')
   _at_least('eval.batch_size', config.eval.batch_size, 0)
   _one_of('eval.weights', config.eval.weights, EVAL_WEIGHTS)
+  _at_least('predict.top_k', config.predict.top_k, 1)
   if not math.isfinite(config.ema_decay) or not 0 <= config.ema_decay < 1:
     raise UsageError(f'ema_decay={config.ema_decay!r} must be in [0, 1) (0: no moving '
                      f'average)')
