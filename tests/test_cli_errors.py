@@ -50,6 +50,10 @@ BAD_INVOCATIONS = [
     ([QUICK, '--config.data.source=synthetic', '--config.engine=ps',
       '--config.ps.partitioner=round_robin', '--config.ps.num_shards=1000'],
      'ps.num_shards=1000'),
+    # Refused before anything is allocated per shard (it once grew past
+    # 16 GiB).
+    ([QUICK, '--config.data.source=synthetic', '--config.engine=ps',
+      '--config.ps.num_shards=1000000000'], 'ps.num_shards=1000000000'),
     ([QUICK, '--config.engine=ps', '--config.ps.mode=async',
       '--config.ps.max_staleness=-2'], 'ps.max_staleness'),
     ([QUICK, '--config.engine=ps', '--config.ps.max_staleness=2'], 'ps.max_staleness'),
@@ -153,6 +157,23 @@ def test_missing_workdir_flag_exits_2():
   result = run_main(QUICK, timeout=120)
   assert result.returncode == 2
   assert '--workdir' in result.stderr.strip()
+
+
+def test_a_folder_with_one_class_exits_2_naming_it(tmp_path):
+  """One class trains a classifier that is always right, and learns nothing."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  for split in ('train', 'val'):
+    os.makedirs(tmp_path / 'data' / split / 'ant')
+    for i in range(4):
+      Image.new('RGB', (8, 8), (i, 0, 0)).save(tmp_path / 'data' / split / 'ant' / f'{i}.png')
+  result = run_main('--config=configs/folder.py', f'--workdir={tmp_path / "run"}',
+                    f'--config.data.dir={tmp_path / "data"}', '--config.batch_size=8',
+                    timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert lines[-1] == (f'error: data.dir={tmp_path / "data"}: the data has one class; a '
+                       'classifier needs at least two (one sub-folder of images per class)')
+  assert not (tmp_path / 'run' / 'checkpoints').exists()
 
 
 def test_eval_of_an_empty_workdir_exits_2(tmp_path):

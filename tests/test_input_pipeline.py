@@ -154,9 +154,10 @@ def test_eval_class_unknown_to_training_raises_data_error(folder):
 
 
 def test_split_without_images_raises_data_error(tmp_path):
-  os.makedirs(tmp_path / 'train' / 'a')
-  os.makedirs(tmp_path / 'val' / 'a')
-  Image.new('RGB', (4, 4)).save(tmp_path / 'train' / 'a' / '0.png')
+  for name in ('a', 'b'):
+    os.makedirs(tmp_path / 'train' / name)
+    os.makedirs(tmp_path / 'val' / name)
+    Image.new('RGB', (4, 4)).save(tmp_path / 'train' / name / '0.png')
   with pytest.raises(input_pipeline.DataError, match='no images in'):
     create_dataset(_data_config(tmp_path))
 

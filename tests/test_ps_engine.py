@@ -288,8 +288,22 @@ def test_round_robin_places_whole_variables_in_turn():
 
 def test_more_shards_than_variables_is_refused():
   variables = _variables('resnet18')
-  with pytest.raises(UsageError, match='fills only'):
+  with pytest.raises(UsageError, match=f'has {len(variables)} variables, which cannot fill'):
     partition.partition(variables, len(variables) + 1, 'round_robin')
+
+
+def test_more_shards_than_rows_is_refused_before_any_shard_exists():
+  """A billion shards: refused at once, not after a billion empty lists."""
+  variables = _variables('resnet18')
+  with pytest.raises(UsageError, match='rows of variables, which cannot fill 1000000000'):
+    partition.partition(variables, 10**9, 'greedy')
+
+
+def test_shards_the_greedy_cuts_cannot_fill_are_named():
+  variables = _variables('resnet18')
+  rows = sum(v.shape[0] if v.shape else 1 for v in variables.values())
+  with pytest.raises(UsageError, match='fills only'):
+    partition.partition(variables, rows, 'greedy')
 
 
 # --- Links ------------------------------------------------------------------

@@ -79,6 +79,12 @@ def create_model(config, num_classes: int) -> nn.Module:
 def resolve_num_classes(config, dataset) -> int:
   """The data decides the number of classes; a config that disagrees is an error."""
   wanted = config.model.num_classes
+  if dataset.num_classes == 1:
+    # A classifier of one class is always right: "100% top-1", and nothing
+    # learnt. Always a mistake in the data's layout.
+    raise UsageError(f'data.dir={config.data.dir}: the data has one class; a '
+                     'classifier needs at least two (one sub-folder of images per '
+                     'class)')
   if wanted and dataset.num_classes and wanted != dataset.num_classes:
     raise UsageError(f'model.num_classes={wanted} but the data has '
                      f'{dataset.num_classes} classes; set it to 0 (from the '

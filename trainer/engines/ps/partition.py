@@ -62,6 +62,16 @@ def partition(variables: dict, num_shards: int, partitioner: str) -> list[list[P
   """
   if partitioner not in PARTITIONERS:
     raise UsageError(f'ps.partitioner={partitioner!r}; use one of {PARTITIONERS}')
+  # A shard owns at least one variable (round_robin) or one row of one
+  # (greedy): more shards than that can never all be filled. Said before
+  # anything is allocated per shard (a billion shards would take all memory).
+  most = (len(variables) if partitioner == 'round_robin' else
+          sum(v.shape[0] if v.shape else 1 for v in variables.values()))
+  if num_shards > most:
+    unit = 'variables' if partitioner == 'round_robin' else 'rows of variables'
+    raise UsageError(f'ps.num_shards={num_shards}: this model has {most} {unit}, '
+                     f'which cannot fill {num_shards} shards ({partitioner} '
+                     f'partitioner); use at most {most} shards')
   shards = [[] for _ in range(num_shards)]
   if partitioner == 'round_robin':
     for i, (path, v) in enumerate(variables.items()):
