@@ -19,7 +19,8 @@ The map, by job:
                before heavy imports), errors.py (DataError), dataset.py (the
                interface the trainer uses), paired.py (training batches of
                one data set, evaluation batches of another), prepare.py
-               (--mode=prepare)
+               (--mode=prepare), single_images.py (files the user names,
+               in the evaluation view: --mode=predict)
   sources      folder.py (class sub-folders), shapes.py (the generated data
                set, a folder), tfds_check.py + tfds_source.py (a prepared tfds
                set and random access to its records), tfrecord_index.py (the

@@ -74,7 +74,8 @@ def _records(workdir, split):
 
 def test_training_evaluates_raw_and_ema_weights_and_eval_mode_restores_either(tmp_path):
   """Trained on 8 devices with the update split over them (the average is
-  split with the optimiser state), ranked best by the EMA; evaluated on 2."""
+  split with the optimiser state), ranked best by the EMA; its average
+  evaluated on 2 devices."""
   workdir = str(tmp_path / 'run')
   flags = tiny_synthetic_run_flags(num_train_steps=4, eval_every_steps=2, **{
       'ema_decay': 0.5, 'eval.weights': 'ema', 'mesh.shard_update': 'true',
@@ -95,15 +96,14 @@ def test_training_evaluates_raw_and_ema_weights_and_eval_mode_restores_either(tm
   assert ema.keys() == params.keys()
   assert all(tuple(ema[k].shape) == tuple(params[k].shape) for k in params)
 
-  summaries = {}
-  for weights in ('raw', 'ema'):
-    result = run_main(f'--workdir={workdir}', '--mode=eval', '--config.mesh.data=2',
-                      '--config.mesh.shard_update=false', f'--config.eval.weights={weights}',
-                      '--config.runtime.num_cpu_devices=2', timeout=300,
-                      env={'XLA_FLAGS': os.environ['XLA_FLAGS'].replace(
-                          'device_count=8', 'device_count=2')})
-    assert result.returncode == 0, result.stderr[-3000:]
-    summaries[weights] = json.loads(result.stdout.strip().splitlines()[-1])
-  assert summaries['ema']['weights'] == 'ema' and summaries['raw']['weights'] == 'raw'
-  np.testing.assert_allclose(summaries['raw']['loss'], evals[-1]['loss'], rtol=1e-4)
-  np.testing.assert_allclose(summaries['ema']['loss'], evals[-1]['ema_loss'], rtol=1e-4)
+  # (--mode=eval of the raw weights is tested in test_end_to_end.py.)
+  result = run_main(f'--workdir={workdir}', '--mode=eval', '--config.mesh.data=2',
+                    '--config.mesh.shard_update=false', '--config.eval.weights=ema',
+                    '--config.runtime.num_cpu_devices=2', timeout=300,
+                    env={'XLA_FLAGS': os.environ['XLA_FLAGS'].replace(
+                        'device_count=8', 'device_count=2')})
+  assert result.returncode == 0, result.stderr[-3000:]
+  summary = json.loads(result.stdout.strip().splitlines()[-1])
+  assert summary['weights'] == 'ema'
+  np.testing.assert_allclose(summary['loss'], evals[-1]['ema_loss'], rtol=1e-4)
+  assert summary['loss'] != evals[-1]['loss']

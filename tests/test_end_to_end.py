@@ -149,6 +149,16 @@ def test_predict_classifies_a_folder_a_list_and_files_and_skips_the_unreadable(
   assert abs(correct / 600 - final['accuracy']) <= 1 / 600
 
 
+def test_predict_reads_the_number_of_classes_off_a_checkpoint(trained_workdir):
+  """Without classes.json (tfds data) the classifier's width says it."""
+  from trainer import predict  # pylint: disable=g-import-not-at-top
+  directory = os.path.join(trained_workdir, 'checkpoints')
+  assert predict.saved_num_classes(directory, STEPS) == 10
+  assert predict.top_k(np.array([0.1, 0.6, 0.3]), 2, None) == [
+      {'class': 1, 'name': None, 'probability': 0.6},
+      {'class': 2, 'name': None, 'probability': 0.3}]
+
+
 @pytest.mark.parametrize('inputs, message', [
     ('', "predict.inputs='' names no image"),
     ('/nonexistent/x.png', '/nonexistent/x.png is not an image file, a folder'),

@@ -134,6 +134,13 @@ def restore_weights(directory: str, step: int, abstract_state):
                                 opt_state=None)
 
 
+def saved_leaves(directory: str, step: int) -> dict:
+  """{'params/head/bias': its metadata (shape, dtype)} for every array that
+  checkpoint `step` in `directory` holds; reads no array."""
+  with _reader(directory) as manager:
+    return leaves_by_path(manager.item_metadata(step)['state'])
+
+
 def restore_ema(directory: str, step: int, abstract_opt_state, abstract_params):
   """The moving average of the parameters (trainer/optim.py: ParamsEma) that
   checkpoint `step` keeps in its optimiser state, read straight onto the

@@ -37,9 +37,9 @@ def class_names(workdir: str) -> list[str] | None:
 
 def saved_num_classes(directory: str, step: int) -> int:
   """The classifier's width in checkpoint `step` (its head's bias)."""
-  with checkpointing._reader(directory) as manager:  # pylint: disable=protected-access
-    saved = checkpointing.leaves_by_path(manager.item_metadata(step)['state'])
-  heads = [leaf.shape[-1] for path, leaf in saved.items() if path.endswith('head/bias')]
+  saved = checkpointing.saved_leaves(directory, step)
+  heads = [leaf.shape[-1] for path, leaf in saved.items()
+           if path.startswith('params/') and path.endswith('/head/bias')]
   if len(heads) != 1:
     raise UsageError(f'checkpoint {step} in {directory}: cannot tell its number of '
                      'classes; set model.num_classes')
