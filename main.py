@@ -7,8 +7,8 @@
 Modes: train (the default; rerun the same command to resume), eval (restore a
 checkpoint and evaluate), predict (classify image files with a checkpoint),
 bench (time the train step), plan and study (the parameter-server planner),
-prepare (prepare the data once, before a multi-host job). README.md is the guide; docs/configuration.md lists every
-config key.
+prepare (prepare the data once, before a multi-host job). README.md is the
+guide; docs/configuration.md lists every config key.
 """
 
 # This file only parses flags, starts the runtime and dispatches: all logic

@@ -52,9 +52,10 @@ def eval_view(data):
 
 
 def batches(paths: list[str], data, batch_size: int
-            ) -> Iterator[tuple[list[str], np.ndarray, list[str]]]:
-  """(names, uint8 images [n, S, S, 3], unreadable names) per `batch_size`
-  readable images; an image that fails to decode is named and skipped."""
+            ) -> Iterator[tuple[list[str], list[np.ndarray], list[str]]]:
+  """(names, their uint8 [S, S, 3] images, unreadable names) per
+  `batch_size` readable images; an image that fails to decode is named and
+  skipped."""
   from input_pipeline.tf_setup import tf  # pylint: disable=g-import-not-at-top
   view = tf.function(eval_view(data))
   names, images, unreadable = [], [], []
@@ -66,8 +67,7 @@ def batches(paths: list[str], data, batch_size: int
             tf.errors.UnknownError):
       unreadable.append(path)
     if len(names) == batch_size:
-      yield names, np.stack(images), unreadable
+      yield names, images, unreadable
       names, images, unreadable = [], [], []
   if names or unreadable:
-    yield names, (np.stack(images) if images else np.zeros((0, data.image_size,
-                                                            data.image_size, 3), np.uint8)), unreadable
+    yield names, images, unreadable

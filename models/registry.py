@@ -168,6 +168,12 @@ def is_vit(name: str) -> bool:
   return name.startswith('vit_') and name in _REGISTRY
 
 
+def has_residual_blocks(name: str) -> bool:
+  """Whether the model is built of residual blocks (ResNets and ViTs), which
+  stochastic depth (drop_path_rate) drops."""
+  return name in _REGISTRY and (name.startswith('resnet') or is_vit(name))
+
+
 def has_batch_norm(name: str) -> bool:
   """Whether the model keeps a 'batch_stats' collection (ResNets and
   GoogLeNet do)."""

@@ -21,6 +21,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from configs.errors import UsageError
+from trainer import optim
 
 LATEST_DIR = 'checkpoints'
 BEST_DIR = 'checkpoints_best'
@@ -147,7 +148,6 @@ def restore_ema(directory: str, step: int, abstract_opt_state, abstract_params):
   parameters' layout (`abstract_params`); nothing else of the optimiser
   state is read (orbax's PLACEHOLDER: the saved optimiser state is a list,
   from which a partial restore cannot leave entries out)."""
-  from trainer import optim  # pylint: disable=g-import-not-at-top
   prefix = f'opt_state/{optim.ema_path(abstract_opt_state)}/ema/'
   params = leaves_by_path(abstract_params)
   with _reader(directory) as manager:

@@ -137,6 +137,17 @@ def choose_checkpoint(workdir: str, choice: str | int, latest_steps: list[int]) 
                    f'{", ".join(map(str, available)) or "none"}')
 
 
+def restore_chosen_weights(config, directory: str, step: int, abstract_state):
+  """Checkpoint `step`'s weights as eval.weights says: its parameters, or
+  their moving average in their place; batch statistics either way, and no
+  optimiser state."""
+  state = checkpointing.restore_weights(directory, step, abstract_state)
+  if config.eval.weights == 'ema':
+    state = state.replace(params=checkpointing.restore_ema(
+        directory, step, abstract_state.opt_state, abstract_state.params))
+  return state
+
+
 def evaluate_checkpoint(config, workdir: str) -> dict:
   """--mode=eval: restore a checkpoint's weights, evaluate, return the
   summary. The optimiser state is not read: the parameters and batch
@@ -147,10 +158,7 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
   exp = experiment.build_experiment(config, workdir, eval_only=True)
   agreement.check_same_run(config, num_eval_examples=exp.dataset.num_eval_examples,
                            eval_checkpoint=f'{os.path.basename(directory)}/{step}')
-  state = checkpointing.restore_weights(directory, step, exp.abstract_state)
-  if config.eval.weights == 'ema':
-    state = state.replace(params=checkpointing.restore_ema(
-        directory, step, exp.abstract_state.opt_state, exp.abstract_state.params))
+  state = restore_chosen_weights(config, directory, step, exp.abstract_state)
   exp = weights_only(exp)
   # A stop signal ends this process at once, with exit 75 (main.py), as in
   # start-up: it has written nothing, so there is nothing to agree on. The

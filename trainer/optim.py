@@ -135,7 +135,7 @@ def params_ema(decay: float) -> optax.GradientTransformation:
   onto other meshes, with nothing of its own in any engine."""
 
   def init(params):
-    return ParamsEma(ema=jax.tree.map(lambda p: p, params))
+    return ParamsEma(ema=params)
 
   def update(updates, state, params=None):
     if params is None:
@@ -151,18 +151,27 @@ def _is_ema(node) -> bool:
   return isinstance(node, ParamsEma)
 
 
+def _find_ema(opt_state) -> tuple[str, ParamsEma] | None:
+  """(its path in `opt_state` as a checkpoint names it, e.g. '3', the
+  ParamsEma), or None without one."""
+  for path, node in jax.tree_util.tree_flatten_with_path(opt_state, is_leaf=_is_ema)[0]:
+    if _is_ema(node):
+      return jax.tree_util.keystr(path, simple=True, separator='/'), node
+  return None
+
+
 def ema_params(opt_state):
   """The parameters' moving average kept in `opt_state`; None without one."""
-  found = [n for n in jax.tree.leaves(opt_state, is_leaf=_is_ema) if _is_ema(n)]
-  return found[0].ema if found else None
+  found = _find_ema(opt_state)
+  return found[1].ema if found else None
 
 
 def ema_path(opt_state) -> str:
   """Where the ParamsEma sits in `opt_state`, as a checkpoint path ('3')."""
-  for path, node in jax.tree_util.tree_flatten_with_path(opt_state, is_leaf=_is_ema)[0]:
-    if _is_ema(node):
-      return jax.tree_util.keystr(path, simple=True, separator='/')
-  raise ValueError('this optimiser state keeps no moving average (ema_decay=0)')
+  found = _find_ema(opt_state)
+  if found is None:
+    raise ValueError('this optimiser state keeps no moving average (ema_decay=0)')
+  return found[0]
 
 
 def with_ema_of(opt_state, params):

@@ -68,10 +68,7 @@ def run_predict(config, workdir: str) -> dict:
   num_classes = (len(names) if names else config.model.num_classes
                  or saved_num_classes(directory, step))
   exp = experiment.build_without_data(config, num_classes)
-  state = checkpointing.restore_weights(directory, step, exp.abstract_state)
-  if config.eval.weights == 'ema':
-    state = state.replace(params=checkpointing.restore_ema(
-        directory, step, exp.abstract_state.opt_state, exp.abstract_state.params))
+  state = evaluate.restore_chosen_weights(config, directory, step, exp.abstract_state)
   forward = jax.jit(functools.partial(step_functions.predict_step, model=exp.model))
   # Every batch is padded to one size that the batch-sharded devices divide:
   # one compiled program.
@@ -87,7 +84,8 @@ def run_predict(config, workdir: str) -> dict:
       unreadable += skipped
       if not files:
         continue
-      padded = np.zeros((batch_size,) + images.shape[1:], np.uint8)
+      size = config.data.image_size
+      padded = np.zeros((batch_size, size, size, 3), np.uint8)
       padded[:len(files)] = images
       probabilities = np.asarray(forward(
           state, jax.device_put(padded, exp.batch_sharding)))[:len(files)]

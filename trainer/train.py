@@ -347,9 +347,10 @@ def _evaluate(run: _Run, step: int, stop_agreed: Callable[[int], bool]) -> dict 
     eval_metrics.update({f'ema_{k}': ema_metrics[k] for k in ('accuracy', 'top5', 'loss')})
   run.unreadable_examples.update()
   run.log.write({'step': step, 'split': 'eval', **eval_metrics})
-  logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples',
+  logging.info('eval at step %d | top-1 %.4f | top-5 %.4f | loss %.4f | %d examples%s',
                step, eval_metrics['accuracy'], eval_metrics['top5'],
-               eval_metrics['loss'], eval_metrics['num_examples'])
+               eval_metrics['loss'], eval_metrics['num_examples'],
+               f" | EMA top-1 {eval_metrics['ema_accuracy']:.4f}" if ema is not None else '')
   return eval_metrics
 
 

@@ -98,8 +98,7 @@ def _check_model(config: ml_collections.ConfigDict) -> None:
   for key in ('drop_path_rate', 'dropout_rate'):
     if not math.isfinite(model[key]) or not 0 <= model[key] < 1:
       raise UsageError(f'model.{key}={model[key]!r} must be in [0, 1) (0: off)')
-  if model.drop_path_rate and not (registry.is_vit(model.name) or
-                                   model.name.startswith('resnet')):
+  if model.drop_path_rate and not registry.has_residual_blocks(model.name):
     raise UsageError(f'model.drop_path_rate={model.drop_path_rate!r}: stochastic depth '
                      f'is for ResNet and ViT models; {model.name} has no residual '
                      f'blocks, use 0')
