@@ -13,7 +13,7 @@ import os
 import sys
 
 from cli import launcher
-from configs.errors import EXIT_USAGE
+from core.errors import EXIT_USAGE
 
 MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'main.py')
 

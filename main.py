@@ -36,7 +36,7 @@ from cli import describe
 from cli import flags_parser
 from cli import logs
 from configs import schema
-from configs.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
+from core.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
 from trainer import eval_data
 from trainer import preemption
@@ -130,7 +130,7 @@ def run(argv) -> int:
     print(json.dumps(bench.run_bench(config, FLAGS.workdir)), flush=True)
     return 0
   if FLAGS.mode in ('plan', 'study'):
-    from trainer.planner import plan, study  # pylint: disable=g-import-not-at-top
+    from planner import plan, study  # pylint: disable=g-import-not-at-top
     if FLAGS.mode == 'plan':
       plan.run_plan(config, FLAGS.workdir)
     else:

@@ -56,7 +56,7 @@ def _measure(config, steps: int, warmup: int) -> dict:
   """Median step time and the mean time split over `steps` timed steps (the
   study's measurement), and the time the engine took to compile."""
   from trainer import engines, experiment  # pylint: disable=g-import-not-at-top
-  from trainer.planner import study  # pylint: disable=g-import-not-at-top
+  from planner import study  # pylint: disable=g-import-not-at-top
   exp = experiment.build_experiment(config, '/nonexistent')
   compile_s = []
 
@@ -74,7 +74,7 @@ def _measure(config, steps: int, warmup: int) -> dict:
 def child(args) -> None:
   """Runs in a process whose device count is the worker count."""
   import jax  # pylint: disable=g-import-not-at-top
-  from trainer.planner import measure  # pylint: disable=g-import-not-at-top
+  from planner import measure  # pylint: disable=g-import-not-at-top
   measure.reuse_compilations(args.cache_dir)
   num_workers = jax.device_count()
   cells = [('spmd', 0, 0.0)]

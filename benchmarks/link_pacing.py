@@ -21,7 +21,7 @@ import numpy as np
 import provenance  # benchmarks/provenance.py, beside this script
 
 sys.path.insert(0, provenance.REPO)
-from trainer import units  # pylint: disable=g-import-not-at-top,wrong-import-position
+from core import units  # pylint: disable=g-import-not-at-top,wrong-import-position
 from trainer.engines.emulation import link  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 flags.DEFINE_string('megabytes', '0.5,2.5,10,40', 'Message sizes, MB.')

@@ -6,7 +6,7 @@
 Each figure draws one run, the last of its results file, and states under
 its axes that run's command, date, commit and hardware
 (benchmarks/committed_results.py). The study's figures are the study's own
-(trainer/planner/report.py) with that caption added.
+(planner/report.py) with that caption added.
 """
 
 import argparse
@@ -18,7 +18,7 @@ import textwrap
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import committed_results
-from trainer.planner import report
+from planner import report
 
 BENCHMARKS = os.path.join(committed_results.REPO, 'benchmarks')
 # results file -> the PNGs drawn from it, relative to benchmarks/

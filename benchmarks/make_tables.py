@@ -7,7 +7,7 @@ RESULTS.md has a section per results file (benchmarks/**/*.jsonl): the runs
 that made it, each with its command, date, commit and hardware
 (benchmarks/committed_results.py), then a short table of each run's records
 (benchmarks/tables.py) and the figures drawn from it (make_plots.py).
-study/study.md is the study's own report (trainer/planner/report.py) of
+study/study.md is the study's own report (planner/report.py) of
 study.jsonl under the same heading. The output depends on the committed data
 alone; tests/test_benchmark_tables.py fails when the committed files are stale.
 """
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import committed_results
 from benchmarks import make_plots
 from benchmarks import tables
-from trainer.planner import report
+from planner import report
 
 BENCHMARKS = os.path.join(committed_results.REPO, 'benchmarks')
 RESULTS = 'RESULTS.md'

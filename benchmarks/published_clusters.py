@@ -6,7 +6,7 @@ and scaling efficiency beside the published efficiency.
 Every input comes from benchmarks/published_clusters/inputs.json, each with
 its source and whether it is published, derived from published numbers, or
 estimated (and how). Only the planner's pure formulas run
-(trainer/planner/cluster_model.py): nothing is measured here. Where a
+(planner/cluster_model.py): nothing is measured here. Where a
 publication says its system overlapped communication with backprop, the
 communication hides behind the backward pass (cluster_model.BACKPROP_SHARE
 of T_C); elsewhere it follows the compute. One record per case and model,
@@ -22,8 +22,8 @@ import provenance  # benchmarks/provenance.py, beside this script
 
 sys.path.insert(0, provenance.REPO)
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from trainer import units
-from trainer.planner import cluster_model as cm
+from core import units
+from planner import cluster_model as cm
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'published_clusters',
                       'inputs.json')

@@ -15,7 +15,7 @@ from typing import Any
 import ml_collections
 
 from configs import schema
-from configs.errors import UsageError
+from core.errors import UsageError
 from configs.schema import coerce, conform_to_schema, dotted_items, load_saved
 
 

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import re
 
-from configs.errors import UsageError
+from core.errors import UsageError
 
 # Where the NVIDIA driver lists one folder per GPU of the machine (Linux).
 NVIDIA_GPU_DIR = '/proc/driver/nvidia/gpus'

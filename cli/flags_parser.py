@@ -11,7 +11,7 @@ import dataclasses
 from absl import flags
 
 from cli import workdir as workdir_lib
-from configs.errors import UsageError
+from core.errors import UsageError
 
 FLAGS = flags.FLAGS
 _HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull', '--helpxml')

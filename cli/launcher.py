@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 
-from configs.errors import EXIT_FAILURE, EXIT_PREEMPTED
+from core.errors import EXIT_FAILURE, EXIT_PREEMPTED
 
 _POLL_S = 0.1
 _TAIL_LINES = 20

@@ -9,7 +9,7 @@ from absl import logging
 
 from cli import device_visibility
 from cli import gpu_settings
-from configs.errors import UsageError
+from core.errors import UsageError
 
 # What each cluster's launcher sets in every process (the variables JAX's
 # own detection reads): the cluster kind, its process count.

@@ -8,7 +8,7 @@ only after minutes of compiling, with a traceback.
 import os
 import tempfile
 
-from configs.errors import UsageError
+from core.errors import UsageError
 
 
 def expand(workdir: str) -> str:

@@ -15,9 +15,9 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from configs import atomic
+from core import atomic
 from configs import default as default_config
-from configs.errors import UsageError
+from core.errors import UsageError
 
 CONFIG_FILE_NAME = 'config.json'
 

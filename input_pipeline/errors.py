@@ -1,6 +1,6 @@
 """The one exception type a user sees for a problem with their data."""
 
-from configs.errors import OneLineError
+from core.errors import OneLineError
 
 
 class DataError(OneLineError):

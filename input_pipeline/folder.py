@@ -16,7 +16,7 @@ import zlib
 
 import numpy as np
 
-from configs import atomic
+from core import atomic
 from input_pipeline.errors import DataError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')

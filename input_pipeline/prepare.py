@@ -8,7 +8,7 @@ layout shows now; synthetic data is made in memory.
 
 import os
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from input_pipeline import folder
 from input_pipeline import shapes
 from input_pipeline import tfds_check

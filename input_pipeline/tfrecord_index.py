@@ -34,7 +34,7 @@ import numpy as np
 # dependency already; pure Python, a few microseconds per 8-byte header).
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-from configs import atomic
+from core import atomic
 
 SIDECAR_SUFFIX = '.offsets.npz'
 
@@ -143,7 +143,7 @@ def _write_sidecar(path: str, size: int, found: Offsets) -> None:
 
 
 def _write_remote(final: str, data: bytes) -> None:
-  """configs.atomic's write, through TensorFlow's file layer (gs://, s3://)."""
+  """core.atomic's write, through TensorFlow's file layer (gs://, s3://)."""
   from input_pipeline.tf_setup import tf  # pylint: disable=g-import-not-at-top
   temporary = f'{final}.tmp-{uuid.uuid4().hex}'
   try:

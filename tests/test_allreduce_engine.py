@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from tests.helpers import run_main
 from tests.test_end_to_end import _records, tiny_synthetic_run_flags
 from tests.test_ps_engine import _config, _max_difference, _train

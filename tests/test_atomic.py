@@ -1,4 +1,4 @@
-"""configs/atomic.py: a file is replaced whole or not at all, and a failed
+"""core/atomic.py: a file is replaced whole or not at all, and a failed
 write leaves nothing behind."""
 
 import errno
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from configs import atomic
+from core import atomic
 
 
 def _names(directory):

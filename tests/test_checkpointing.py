@@ -10,7 +10,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint._src.path import async_path
 import pytest
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from configs import default
 from tests.test_train_step import _config, build, run_steps
 from trainer import checkpointing

@@ -8,12 +8,12 @@ import math
 import pytest
 
 from configs import default
-from configs.errors import UsageError
-from trainer import units
+from core.errors import UsageError
+from core import units
 from trainer import validation
-from trainer.planner import cluster_model as cm
-from trainer.planner import formulas
-from trainer.planner import recommend
+from planner import cluster_model as cm
+from planner import formulas
+from planner import recommend
 
 MB = 1e6
 GBIT = units.gbps_to_bytes_per_s(1.0)
@@ -338,7 +338,7 @@ def test_the_plan_says_when_the_memory_limit_stops_the_batch():
 
 
 def test_plot_labels_are_plain_numbers():
-  from trainer.planner import plan  # pylint: disable=g-import-not-at-top
+  from planner import plan  # pylint: disable=g-import-not-at-top
   assert [plan._plain(v) for v in (2.0, 0.5, 64.0, 60000.0)] == ['2', '0.5', '64', '60,000']
 
 

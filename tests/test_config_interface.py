@@ -12,7 +12,7 @@ from cli import config_loader
 from configs import default
 from configs import reference
 from configs import schema
-from configs.errors import UsageError
+from core.errors import UsageError
 from tests.helpers import REPO, run_main
 
 

@@ -17,11 +17,12 @@ import pytest
 
 from cli import config_loader
 from configs import default, schema, sharding
-from configs.errors import UsageError
+from core.errors import UsageError
 from input_pipeline import check_data_config, DataError
 from input_pipeline import validate as data_validate
 from models import conv_forms, registry, remat
-from trainer import eval_data, validation
+from trainer import engines, eval_data, validation
+from trainer.engines import ps
 
 DEFAULTS = schema.dotted_items(default.get_config())
 KEYS = sorted(DEFAULTS) + sorted(schema.RENAMED_KEYS)
@@ -36,8 +37,8 @@ KNOWN_TEXT = sorted(
     set(registry.MODEL_NAMES) | set(registry.DTYPES) | set(remat.MODES) |
     set(conv_forms.FORMS) | set(validation.OPTIMIZERS) |
     set(validation.LR_SCALINGS) | set(validation.LR_SCHEDULES) |
-    set(validation.ENGINES) | set(validation.PS_MODES) |
-    set(validation.PS_PARTITIONERS) | set(validation.NONFINITE) |
+    set(engines.names()) | set(ps.MODES) |
+    set(ps.PARTITIONERS) | set(validation.NONFINITE) |
     set(validation.CLUSTERS) | set(data_validate.SOURCES) |
     set(data_validate.AUGMENTATIONS) | set(validation.MESH_AXES) |
     {part for rule in sharding.FSDP_TENSOR for part in rule} |
@@ -49,8 +50,8 @@ CHOICES = {
     'data.source': data_validate.SOURCES,
     'data.augment': data_validate.AUGMENTATIONS,
     'model.name': registry.MODEL_NAMES,
-    'engine': validation.ENGINES,
-    'ps.mode': validation.PS_MODES,
+    'engine': engines.names(),
+    'ps.mode': ps.MODES,
     'eval.checkpoint': ('latest', 'best', '3'),
 }
 EDGE_INTS = (0, 1, -1, -2, 2, 3, 7, 8, 16, 33, 64, 200, 2**31, 2**32 - 1, 2**32,

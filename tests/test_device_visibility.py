@@ -17,7 +17,7 @@ import pytest
 
 from cli import device_visibility as dv
 from cli import launcher
-from configs.errors import UsageError
+from core.errors import UsageError
 from tests.helpers import REPO, run_main, xla_flags
 
 EIGHT = '0,1,2,3,4,5,6,7'

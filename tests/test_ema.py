@@ -13,7 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from configs.errors import UsageError
+from core.errors import UsageError
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import checkpointing

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from configs.errors import UsageError
+from core.errors import UsageError
 from input_pipeline import DataError, PairedDataset
 from input_pipeline import shapes
 from input_pipeline.synthetic import SyntheticDataset

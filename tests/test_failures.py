@@ -127,13 +127,12 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint_loadable(
 def test_a_full_disk_is_recognised_in_oserrors_and_in_tensorstore_messages():
   # The end-to-end test above meets EFBIG; a real full disk gives ENOSPC,
   # which tensorstore reports in its message only.
-  from trainer import train  # pylint: disable=g-import-not-at-top
   tensorstore = ValueError('Error writing "d/1a2b": [OS error 28: No space left on device]')
-  assert train._disk_full_cause(RuntimeError('save failed')) is None
+  assert checkpointing.disk_full_cause(RuntimeError('save failed')) is None
   wrapped = RuntimeError('save failed')
   wrapped.__cause__ = tensorstore
-  assert train._disk_full_cause(wrapped) == 'No space left on device'
-  assert train._disk_full_cause(OSError(errno.EDQUOT, 'Disk quota exceeded')) == (
+  assert checkpointing.disk_full_cause(wrapped) == 'No space left on device'
+  assert checkpointing.disk_full_cause(OSError(errno.EDQUOT, 'Disk quota exceeded')) == (
       'Disk quota exceeded')
 
 

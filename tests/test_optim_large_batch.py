@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from configs import default
-from configs.errors import UsageError
+from core.errors import UsageError
 from tests.test_train_step import _config, run_steps
 from trainer import optim
 from trainer import validation

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from trainer import units
-from trainer.planner import formulas
+from core import units
+from planner import formulas
 
 MB = 1e6
 GBIT = units.gbps_to_bytes_per_s(1.0)

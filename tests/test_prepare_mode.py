@@ -6,7 +6,7 @@ import os
 import pytest
 
 from configs import default
-from configs.errors import UsageError
+from core.errors import UsageError
 from input_pipeline import prepare
 from input_pipeline import shapes
 from tests.helpers import run_main

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from configs import default
 from models import registry
 from trainer import checkpointing
@@ -228,7 +228,7 @@ def test_the_wire_carries_float32_and_unpacks_each_variable_in_its_own_dtype():
   params = {'dense': {'kernel': np.arange(6, dtype=np.float16).reshape(2, 3)},
             'scale': np.full((4,), 0.5, np.float32)}
   batch_stats = {'mean': np.arange(3, dtype=np.float32)}
-  layout = wire.Layout(state_split.flat_variables(params, batch_stats))
+  layout = wire.Layout(wire.flat_variables(params, batch_stats))
   treedefs = jax.tree.structure(params), jax.tree.structure(batch_stats)
 
   vector = jax.jit(layout.pack)(params, batch_stats)
@@ -252,7 +252,7 @@ def _variables(name):
                          train=False))
   unbox = lambda t: jax.tree.map(lambda x: getattr(x, 'value', x), t,
                                  is_leaf=lambda x: hasattr(x, 'value'))
-  return state_split.flat_variables(unbox(shapes['params']),
+  return wire.flat_variables(unbox(shapes['params']),
                                     unbox(shapes.get('batch_stats', {})))
 
 

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs.errors import RunFailure, UsageError
+from core.errors import RunFailure, UsageError
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from tests.test_ps_engine import BATCH, IMAGE_SIZE, NUM_CLASSES, _config

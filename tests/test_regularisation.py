@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from configs.errors import UsageError
+from core.errors import UsageError
 from models import drop_path, registry
 from trainer import step_functions
 from trainer import validation

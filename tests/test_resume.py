@@ -7,7 +7,7 @@ import pytest
 
 from cli import config_loader
 from configs import schema
-from configs.errors import UsageError
+from core.errors import UsageError
 from configs import quickstart
 from trainer import checkpointing
 from trainer import optim

@@ -11,8 +11,8 @@ import pytest
 
 from trainer import mfu
 from trainer import specs
-from trainer import timing
-from trainer import units
+from core import timing
+from core import units
 from trainer.engines.emulation import link
 
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from configs import default
-from trainer import units
+from core import units
 from trainer import state as state_lib
-from trainer.planner import cluster_model
-from trainer.planner import formulas
-from trainer.planner import report
-from trainer.planner import study
+from planner import cluster_model
+from planner import formulas
+from planner import report
+from planner import study
 
 MB = 1e6
 GBIT = units.gbps_to_bytes_per_s(1.0)
@@ -52,6 +52,13 @@ class FakeMeasurements:
 
     def close(self):
       pass
+
+  def host_timer(self, exp, cell):
+    """Each engine's host timer, as measure.host_timer finds it."""
+    if cell['engine'] == 'ps':
+      return self.HostTimer(exp, cell['num_workers'], cell['num_shards'])
+    return self.AllReduceHostTimer(exp, cell['num_workers'], cell['devices_per_host'],
+                                   cell['algorithm'])
 
 
 def _tiny_config(**study_keys):
@@ -355,7 +362,7 @@ def test_a_grid_over_hosts_runs_each_algorithm_where_hosts_hold_several_workers(
     ('allreduce_algorithms', ' ', 'names no algorithm'),
 ])
 def test_bad_host_grids_are_refused_in_one_line(key, value, message):
-  from configs.errors import UsageError  # pylint: disable=g-import-not-at-top
+  from core.errors import UsageError  # pylint: disable=g-import-not-at-top
   from trainer import validation  # pylint: disable=g-import-not-at-top
   with pytest.raises(UsageError) as error:
     validation.check_config(_tiny_config(**{key: value}))

@@ -18,7 +18,7 @@ import pytest
 from cli import config_loader
 from configs import default
 from configs import schema
-from configs.errors import UsageError
+from core.errors import UsageError
 from tests.helpers import REPO, xla_flags
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import bench
@@ -28,8 +28,8 @@ from trainer import experiment
 from trainer import state as state_lib
 from trainer import train
 from trainer import workdir_lock
-from trainer.planner import plan
-from trainer.planner import study
+from planner import plan
+from planner import study
 
 # Holds the lock of argv[1] until a line arrives on stdin, then leaves the
 # way argv[2] says: as a run that ends, fails, or stops after a save (75).

@@ -24,7 +24,7 @@ from flax import traverse_util
 import jax
 import numpy as np
 
-from configs.errors import RunFailure, UsageError
+from core.errors import RunFailure, UsageError
 
 # Config keys that name where a process finds things on its own host: each
 # host may hold the same data or cache at a path of its own. What the data

@@ -12,6 +12,7 @@ with AdamW, is never read.
 """
 
 import contextlib
+import errno
 import math
 import os
 
@@ -20,7 +21,7 @@ from flax import traverse_util
 import jax
 import orbax.checkpoint as ocp
 
-from configs.errors import UsageError
+from core.errors import RunFailure, UsageError
 from trainer import optim
 
 LATEST_DIR = 'checkpoints'
@@ -274,3 +275,48 @@ class Checkpointer:
     self._latest.close()
     if self._best is not None:
       self._best.close()
+
+
+# --- A full disk ---------------------------------------------------------------
+# A save that runs out of space leaves the last complete checkpoint as it
+# was (a save is committed only when whole); the run ends with one line that
+# says so and how to go on.
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# How tensorstore (the checkpoints' writer) reports them: in its message only.
+_NO_SPACE = os.strerror(errno.ENOSPC)  # 'No space left on device'
+_FILE_TOO_LARGE = os.strerror(errno.EFBIG)  # 'File too large': ulimit -f
+
+
+def _causes(error: BaseException):
+  while error is not None:
+    yield error
+    error = error.__cause__ or error.__context__
+
+
+def disk_full_cause(error: BaseException) -> str | None:
+  """What filled up ('No space left on device', 'File too large', ...) when
+  `error` or one of its causes is a full disk, quota or file size limit;
+  None otherwise."""
+  for e in _causes(error):
+    if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
+      return e.strerror or str(e)
+    for message in (_NO_SPACE, _FILE_TOO_LARGE):
+      if message in str(e):
+        return message
+  return None
+
+
+def disk_full_failure(error: BaseException, workdir: str) -> RunFailure | None:
+  """The one-line failure for a run that filled its disk (or hit its quota
+  or file size limit) while writing to `workdir`; None for other errors."""
+  cause = disk_full_cause(error)
+  if cause is None:
+    return None
+  what, remedy = (('the file size limit reached', 'raise it (ulimit -f)')
+                  if cause == _FILE_TOO_LARGE else ('disk full', 'free space'))
+  return RunFailure(
+      f'{what} while writing to {workdir} ({cause}); the last complete '
+      f'checkpoint (step {latest_step(workdir)}) is intact: {remedy} and rerun '
+      'the same command to resume')
+

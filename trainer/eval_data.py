@@ -7,7 +7,7 @@ evaluation data before the runtime starts.
 
 import ml_collections
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from input_pipeline import shapes
 
 

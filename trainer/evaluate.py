@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from trainer import agreement
 from trainer import checkpointing
 from trainer import device_input

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 import optax
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from input_pipeline import create_dataset, PairedDataset
 from models import registry
 from trainer import eval_data

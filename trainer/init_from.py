@@ -22,7 +22,7 @@ from absl import logging
 import jax
 import orbax.checkpoint as ocp
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from trainer import checkpointing
 from trainer import optim
 

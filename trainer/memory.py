@@ -5,7 +5,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from configs.errors import UsageError
+from core.errors import UsageError
 
 GIB = 2**30
 

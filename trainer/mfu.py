@@ -16,7 +16,7 @@ import numpy as np
 
 from trainer import specs
 from trainer import step_functions
-from trainer import timing
+from core import timing
 
 # Matmul sides to try per platform: large enough to reach the peak, small
 # enough to time in well under a second.

@@ -15,8 +15,8 @@ from absl import logging
 import jax
 import numpy as np
 
-from configs import atomic
-from configs.errors import UsageError
+from core import atomic
+from core.errors import UsageError
 from input_pipeline import single_images
 from trainer import checkpointing
 from trainer import evaluate

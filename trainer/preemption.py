@@ -28,7 +28,7 @@ import time
 
 from absl import logging
 
-from configs.errors import EXIT_PREEMPTED
+from core.errors import EXIT_PREEMPTED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # How long the main thread has to unwind from StoppedBeforeStart on its own

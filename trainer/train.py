@@ -2,7 +2,6 @@
 
 import contextlib
 import dataclasses
-import errno
 import os
 import time
 from typing import Callable
@@ -12,7 +11,7 @@ import jax
 import numpy as np
 
 from configs import schema
-from configs.errors import RunFailure
+from core.errors import RunFailure
 from input_pipeline import folder
 from trainer import agreement as agreement_lib
 from trainer import checkpointing
@@ -115,43 +114,11 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
     except Exception as e:  # pylint: disable=broad-except
       error = error or e
   if error is not None:
-    if _is_disk_full(error):
-      kept = checkpointing.latest_step(workdir)
-      cause = _disk_full_cause(error)
-      what, remedy = (('the file size limit reached', 'raise it (ulimit -f)')
-                      if cause == _FILE_TOO_LARGE else ('disk full', 'free space'))
-      raise RunFailure(
-          f'{what} while writing to {workdir} ({cause}); the last complete '
-          f'checkpoint (step {kept}) is intact: {remedy} and rerun the same '
-          'command to resume') from error
+    failure = checkpointing.disk_full_failure(error, workdir)
+    if failure is not None:
+      raise failure from error
     raise error
   return outcome
-
-
-_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-# How tensorstore (the checkpoints' writer) reports them: in its message only.
-_NO_SPACE = os.strerror(errno.ENOSPC)  # 'No space left on device'
-_FILE_TOO_LARGE = os.strerror(errno.EFBIG)  # 'File too large': ulimit -f
-
-
-def _causes(error: BaseException):
-  while error is not None:
-    yield error
-    error = error.__cause__ or error.__context__
-
-
-def _is_disk_full(error: BaseException) -> bool:
-  return _disk_full_cause(error) is not None
-
-
-def _disk_full_cause(error: BaseException) -> str | None:
-  for e in _causes(error):
-    if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
-      return e.strerror or str(e)
-    for message in (_NO_SPACE, _FILE_TOO_LARGE):
-      if message in str(e):
-        return message
-  return None
 
 
 @dataclasses.dataclass(frozen=True)

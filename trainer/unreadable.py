@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from configs import atomic
+from core import atomic
 from trainer import agreement
 
 FILE_NAME = 'unreadable_files.txt'

@@ -10,18 +10,17 @@ import math
 import ml_collections
 
 from configs import schema
-from configs.errors import UsageError
+from core.errors import UsageError
+from trainer import engines
+from trainer.engines import allreduce
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 OPTIMIZERS = ('sgd', 'adamw', 'lars', 'lamb')
 LR_SCALINGS = ('linear', 'none')
 LR_SCHEDULES = ('cosine', 'constant', 'step')
 EVAL_WEIGHTS = ('raw', 'ema')  # eval.weights
-ENGINES = ('spmd', 'ps', 'allreduce')
-ALLREDUCE_ALGORITHMS = ('ring', 'hierarchical')
-STUDY_ENGINES = ('ps', 'allreduce')  # the emulated engines, whose links the study paces
-PS_MODES = ('sync', 'async')
-PS_PARTITIONERS = ('greedy', 'round_robin')
+# plan.allreduce_algorithms and study.allreduce_algorithms: the engine's own.
+ALLREDUCE_ALGORITHMS = allreduce.ALGORITHMS
 PS_PLACEMENTS = ('dedicated', 'colocated')  # plan.ps_placement
 BENCH_DATA = ('synthetic', 'real')  # bench.data
 NONFINITE = ('stop', 'skip')
@@ -164,6 +163,7 @@ def _check_optimizer(config: ml_collections.ConfigDict) -> None:
     raise UsageError(f'mixup_alpha={config.mixup_alpha!r} must be >= 0 (0: off)')
   if not 0.0 <= config.momentum < 1.0:
     raise UsageError(f'momentum={config.momentum!r} must be in [0, 1)')
+  _one_of('nonfinite', config.nonfinite, NONFINITE)
   _check_large_batch_keys(config)
 
 
@@ -189,17 +189,11 @@ def _check_large_batch_keys(config: ml_collections.ConfigDict) -> None:
     raise UsageError(f'layer_decay={config.layer_decay!r}: layer-wise decay is for '
                      f'ViT models (their encoder blocks); model.name={config.model.name} '
                      f'has none, use layer_decay=1')
-  if (config.optimizer in ('lars', 'lamb') and config.engine == 'ps'
-      and config.ps.partitioner != 'round_robin'):
-    raise UsageError(f'optimizer={config.optimizer} with engine=ps: the trust ratio '
-                     f'needs whole variables on each shard; set '
-                     f'ps.partitioner=round_robin')
 
 
 def parse_step_epochs(text: str) -> list[float]:
   """lr_step_epochs as numbers (ValueError when one is not)."""
   return [float(e) for e in text.split(',') if e.strip()]
-  _one_of('nonfinite', config.nonfinite, NONFINITE)
 
 
 def _check_parallelism(config: ml_collections.ConfigDict) -> None:
@@ -219,9 +213,12 @@ def _check_parallelism(config: ml_collections.ConfigDict) -> None:
                        "('logical_axis', 'mesh_axis[,mesh_axis]' or '')")
     for axis in filter(None, rule[1].split(',')):
       _one_of(f'sharding_rules[{rule[0]}]', axis, MESH_AXES)
-  _one_of('engine', config.engine, ENGINES)
-  _check_network(config)
-  _check_ps(config)
+  _one_of('engine', config.engine, engines.names())
+  # Every engine's sections are checked whatever the engine (the planner and
+  # the study read them); the configured engine checks the rest it needs.
+  for name in engines.names():
+    engines.package(name).check_section(config)
+  engines.package(config.engine).check_config(config)
 
 
 def _check_faults_and_init(config: ml_collections.ConfigDict) -> None:
@@ -268,64 +265,22 @@ def _check_runtime(config: ml_collections.ConfigDict) -> None:
 
 
 def ignored_engine_keys(config: ml_collections.ConfigDict) -> list[str]:
-  """The keys of engines other than the configured one (network.*, ps.*,
-  allreduce.*) set away from their defaults in a run that trains or
+  """The keys of engines other than the configured one (their
+  CONFIG_SECTIONS) set away from their defaults in a run that trains or
   benchmarks, where they do nothing (the planner and the study read them
   whatever the engine)."""
   from configs import default  # pylint: disable=g-import-not-at-top
   defaults = default.get_config()
-  used = {'spmd': (), 'ps': ('network', 'ps'), 'allreduce': ('network', 'allreduce')}
+  used = engines.package(config.engine).CONFIG_SECTIONS
+  sections = {s for n in engines.names() for s in engines.package(n).CONFIG_SECTIONS}
   ignored = []
-  for section in ('network', 'ps', 'allreduce'):
-    if section in used.get(config.engine, ()):
+  for section in sorted(sections):
+    if section in used:
       continue
     ignored += [f'{section}.{key}' for key in sorted(config[section])
                 if config[section][key] != defaults[section][key]]
   return ignored
 
-
-def _check_network(config: ml_collections.ConfigDict) -> None:
-  network = config.network
-  _at_least('network.num_workers', network.num_workers, 0)
-  _at_least('network.devices_per_host', network.devices_per_host, 1)
-  for key in ('bandwidth_gbps', 'latency_ms', 'intra_host_gbps', 'intra_host_latency_ms'):
-    if not math.isfinite(network[key]) or network[key] < 0:
-      raise UsageError(f'network.{key}={network[key]!r} must be a finite number > 0, '
-                       'or 0 for ' + ('unlimited' if key.endswith('gbps') else 'none'))
-  _one_of('allreduce.algorithm', config.allreduce.algorithm, ALLREDUCE_ALGORITHMS)
-  if config.engine in ('ps', 'allreduce'):
-    if config.mesh.fsdp not in (1,) or config.mesh.tensor not in (1,):
-      raise UsageError(
-          f'engine={config.engine} emulates data parallelism only, but mesh.fsdp='
-          f'{config.mesh.fsdp} and mesh.tensor={config.mesh.tensor}; set both '
-          'to 1 (or use engine=spmd)')
-    if config.mesh.shard_update:
-      raise UsageError(f'mesh.shard_update splits the SPMD update over the data '
-                       f'axis; engine={config.engine} updates on its own (ps: on '
-                       'the server shards; allreduce: on every worker); set '
-                       'mesh.shard_update=false')
-
-
-def _check_ps(config: ml_collections.ConfigDict) -> None:
-  ps = config.ps
-  _at_least('ps.num_shards', ps.num_shards, 1)
-  _one_of('ps.mode', ps.mode, PS_MODES)
-  _one_of('ps.partitioner', ps.partitioner, PS_PARTITIONERS)
-  if ps.max_staleness < 0:
-    raise UsageError(f'ps.max_staleness={ps.max_staleness} must be >= 0 '
-                     '(steps a worker may run ahead of the slowest)')
-  if ps.mode == 'sync' and ps.max_staleness != 1:
-    raise UsageError(f'ps.max_staleness={ps.max_staleness} applies to '
-                     'ps.mode=async only; remove it or set ps.mode=async')
-  if config.engine != 'ps':
-    return
-  if ps.overlap and ps.mode != 'sync':
-    raise UsageError('ps.overlap is built for ps.mode=sync only; set one of '
-                     'them differently')
-  if ps.overlap and config.grad_accum_steps > 1:
-    raise UsageError('ps.overlap pushes each gradient once, as backprop makes '
-                     f'it, but grad_accum_steps={config.grad_accum_steps} makes '
-                     'several per step; use one or the other')
 
 
 def parse_list(key: str, text: str, kind=int) -> list:
@@ -372,7 +327,7 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   _check_plan_cluster(plan)
   from models import registry  # pylint: disable=g-import-not-at-top
   study_models = parse_names('study.models', study.models, registry.MODEL_NAMES, 'model')
-  parse_names('study.engines', study.engines, STUDY_ENGINES, 'engine')
+  parse_names('study.engines', study.engines, engines.emulated_names(), 'engine')
   parse_names('study.allreduce_algorithms', study.allreduce_algorithms,
               ALLREDUCE_ALGORITHMS, 'algorithm')
   for key in ('num_workers', 'num_shards', 'global_batch_sizes', 'devices_per_host'):
@@ -411,11 +366,6 @@ def _check_plan_cluster(plan) -> None:
   if plan.compute_s_batch and not plan.compute_s:
     raise UsageError(f'plan.compute_s_batch={plan.compute_s_batch} says which batch '
                      'plan.compute_s is for; set plan.compute_s too')
-
-
-def num_emulated_workers(config: ml_collections.ConfigDict, num_devices: int) -> int:
-  """N_w: network.num_workers, or every device when it is 0."""
-  return config.network.num_workers or num_devices
 
 
 def resolve_mesh_shape(mesh_config, num_devices: int) -> tuple[int, ...]:
@@ -464,35 +414,5 @@ def check_against_devices(config: ml_collections.ConfigDict, *,
     raise UsageError(f'model.bn_group_size={group} does not divide the batch '
                      f'of {micro_batch} that batch norm sees (batch_size / '
                      'grad_accum_steps)')
-  if config.engine in ('ps', 'allreduce'):
-    _check_workers_against_devices(config, num_devices, num_processes)
-
-
-def _check_workers_against_devices(config, num_devices: int, num_processes: int) -> None:
-  if num_processes > 1:
-    raise UsageError(f'engine={config.engine} emulates a cluster inside one '
-                     f'process, but {num_processes} processes were started; '
-                     'use engine=spmd across hosts')
-  workers = num_emulated_workers(config, num_devices)
-  if workers > num_devices:
-    raise UsageError(f'network.num_workers={workers} but only {num_devices} devices '
-                     'are present; workers are devices')
-  per_host = config.network.devices_per_host
-  if workers % per_host:
-    raise UsageError(f'network.devices_per_host={per_host} does not divide the '
-                     f'{workers} workers into hosts; use a divisor of {workers}')
-  if config.batch_size % workers:
-    raise UsageError(f'batch_size={config.batch_size} does not divide over the '
-                     f'{workers} workers (network.num_workers); use a multiple of {workers}')
-  per_worker = config.batch_size // workers
-  if per_worker % config.grad_accum_steps:
-    raise UsageError(
-        f'grad_accum_steps={config.grad_accum_steps} does not divide the '
-        f'per-worker batch of {per_worker}')
-  group = config.model.bn_group_size
-  micro = per_worker // config.grad_accum_steps
-  if group and micro % group:
-    raise UsageError(
-        f'model.bn_group_size={group}: a worker keeps batch-norm statistics '
-        f'of its own {micro} examples only, so groups must divide {micro} '
-        '(or set 0: each worker\'s whole slice)')
+  engines.package(config.engine).check_against_devices(
+      config, num_devices, num_processes)

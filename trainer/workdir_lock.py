@@ -40,7 +40,7 @@ import uuid
 from absl import logging
 import numpy as np
 
-from configs.errors import UsageError
+from core.errors import UsageError
 
 LOCK_FILE_NAME = 'run.lock'
 REFRESH_S = 60.0  # how often the owner touches its lock

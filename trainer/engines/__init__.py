@@ -1,4 +1,4 @@
-"""The two ways gradients meet: one module per engine, one small interface.
+"""The ways gradients meet: one package per engine, found through REGISTRY.
 
 The training loop (trainer/train.py) drives an engine through `Engine` below
 and knows nothing else about it. The model, the loss and gradient code
@@ -15,18 +15,33 @@ workers' gradients are combined:
   allreduce/  an all-reduce emulation: the workers' gradients travel around
            a ring over the same paced links, and every worker applies the
            same update (ARCHITECTURE.md, the all-reduce emulation).
-  emulation/  what the two emulated engines share: links, the wire layout,
-           the workers' gradient programs, threads.
+  emulation/  the floor under both emulated engines (imports neither):
+           links, the network spec, the wire layout, the workers' gradient
+           programs, threads and the timers of the workers' own work.
+
+An engine module (or package) exports what the rest of the project needs of
+it, and nothing else is imported from outside it:
+
+  create(exp) -> Engine        the engine, compiled and ready to start
+  CONFIG_SECTIONS              the config sections it reads ('network', ...)
+  EMULATED                     True when it runs over emulated links (the
+                               study paces them and predicts its step)
+  check_section(config)        value checks of its sections, whatever the
+                               configured engine (the planner reads them)
+  check_config(config)         checks when it is the configured engine
+  check_against_devices(config, num_devices, num_processes)
+  host_timer(exp, cell)        (EMULATED only) the host's own work of its
+                               step on unlimited links, timed for the study
+
+A new engine is one module or package and one REGISTRY line.
 """
 
 import importlib
 from typing import Protocol
 
-from trainer.state import TrainState
-
 
 class Engine(Protocol):
-  """What the training loop calls; both engines implement it."""
+  """What the training loop calls; every engine implements it."""
 
   # Where the loop puts each global batch (a jax Sharding).
   batch_sharding: object
@@ -34,9 +49,10 @@ class Engine(Protocol):
   # order; the progress line shows their shares. () for none.
   step_phases: tuple[str, ...]
 
-  def start(self, state: TrainState, meta: dict | None = None) -> None:
-    """Takes the initial (fresh or restored) state; the engine owns it now.
-    meta: the metadata its checkpoint was saved with (None for a fresh state)."""
+  def start(self, state, meta: dict | None = None) -> None:
+    """Takes the initial (fresh or restored) TrainState; the engine owns it
+    now. meta: the metadata its checkpoint was saved with (None for a fresh
+    state)."""
 
   def step(self, batch) -> None:
     """Starts one global step on `batch`; may return before it finishes."""
@@ -46,9 +62,9 @@ class Engine(Protocol):
     yet collected, in step order; waits for those steps to finish. Each has
     at least loss, accuracy, lr, grad_norm and finite (0 or 1)."""
 
-  def state(self) -> TrainState:
-    """The state after the last started step, laid out as the SPMD engine
-    keeps it (so checkpoints and evaluation are engine-independent)."""
+  def state(self):
+    """The TrainState after the last started step, laid out as the SPMD
+    engine keeps it (so checkpoints and evaluation are engine-independent)."""
 
   def checkpoint_meta(self) -> dict:
     """What a checkpoint of state() keeps in its metadata besides it, for
@@ -59,16 +75,29 @@ class Engine(Protocol):
     a thread of its own does not end."""
 
 
-# engine name -> 'module:class'. Imported on use: the emulated engines'
-# modules are not loaded by a run that does not use them.
+# engine name -> its module. Imported on use: a run loads the engines it
+# names only (an engine's heavy modules load when it is created).
 REGISTRY = {
-    'spmd': 'trainer.engines.spmd:SpmdEngine',
-    'ps': 'trainer.engines.ps.engine:create',
-    'allreduce': 'trainer.engines.allreduce.engine:AllReduceEngine',
+    'spmd': 'trainer.engines.spmd',
+    'ps': 'trainer.engines.ps',
+    'allreduce': 'trainer.engines.allreduce',
 }
+
+
+def names() -> tuple[str, ...]:
+  return tuple(REGISTRY)
+
+
+def package(name: str):
+  """The module of engine `name` (one of names())."""
+  return importlib.import_module(REGISTRY[name])
+
+
+def emulated_names() -> tuple[str, ...]:
+  """The engines that run over emulated links, whose links the study paces."""
+  return tuple(n for n in REGISTRY if package(n).EMULATED)
 
 
 def create_engine(exp) -> Engine:
   """The configured engine, compiled and ready to start (nothing written)."""
-  module, name = REGISTRY[exp.config.engine].split(':')
-  return getattr(importlib.import_module(module), name)(exp)
+  return package(exp.config.engine).create(exp)

@@ -24,11 +24,10 @@ import numpy as np
 
 from trainer.engines.allreduce import ring as ring_lib
 from trainer.engines.allreduce import update as update_lib
-from trainer.engines.emulation import topology
+from trainer.engines.emulation.network import NetworkSpec
 from trainer.engines.emulation import threads
 from trainer.engines.emulation import wire
 from trainer.engines.emulation import workers
-from trainer.engines.ps import state_split
 from trainer.state import TrainState
 
 P = jax.sharding.PartitionSpec
@@ -40,9 +39,10 @@ class AllReduceEngine:
   step_phases = ('compute_s', 'allreduce_s', 'update_s', 'wait_s')
 
   def __init__(self, exp):
-    config, network = exp.config, exp.config.network
+    config = exp.config
+    network = NetworkSpec.from_config(config.network, jax.device_count())
     self._exp = exp
-    self.devices = workers.worker_devices(config)
+    self.devices = workers.worker_devices(network.num_workers)
     self.num_workers = n = len(self.devices)
     self._mesh = workers.worker_mesh(self.devices)
     self.batch_sharding = jax.sharding.NamedSharding(self._mesh, P(workers.AXIS))
@@ -51,7 +51,7 @@ class AllReduceEngine:
 
     abstract = exp.abstract_state
     workers.check_batch_stats(config, abstract.batch_stats)
-    self.layout = wire.Layout(state_split.flat_variables(abstract.params,
+    self.layout = wire.Layout(wire.flat_variables(abstract.params,
                                                          abstract.batch_stats))
     self._treedefs = (jax.tree.structure(abstract.params),
                       jax.tree.structure(abstract.batch_stats))
@@ -64,10 +64,7 @@ class AllReduceEngine:
     update_lib.check_memory(exp, self._gradients, self._update, self.layout)
     compile_s = time.perf_counter() - start
 
-    self.topology = topology.Topology(
-        n, network.devices_per_host, nic_gbps=network.bandwidth_gbps,
-        nic_latency_ms=network.latency_ms, intra_host_gbps=network.intra_host_gbps,
-        intra_host_latency_ms=network.intra_host_latency_ms)
+    self.topology = network.topology()
     self._host_vectors = [self.layout.empty() for _ in range(n)]
     self._allreduce = ring_lib.AllReduce(config.allreduce.algorithm,
                                          self._host_vectors, self.topology)

@@ -8,7 +8,7 @@ all-gather steps every member passes a complete segment on. Every member's
 interface sends and receives S/n bytes per step, at the same time (full
 duplex), so a step takes S/(n*B) plus one latency and the whole all-reduce
 2(n-1) of them: the bandwidth-optimal schedule the planner's formula
-assumes (trainer/planner/formulas.py, ring_allreduce_s).
+assumes (planner/formulas.py, ring_allreduce_s).
 
 `flat`: one ring through every worker, in worker order, so a host's
 workers are neighbours and only the edges between hosts cross NICs.

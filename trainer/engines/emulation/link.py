@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from trainer import units
+from core import units
 
 # Pace in chunks of about this long: short enough that concurrent transfers
 # interleave finely, long enough that a sleep's wake-up delay (~0.1 ms) is

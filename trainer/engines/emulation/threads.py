@@ -21,7 +21,7 @@ import traceback
 
 from absl import logging
 
-from configs.errors import RunFailure
+from core.errors import RunFailure
 
 _ENGINE_NUMBERS = itertools.count()
 

@@ -2,7 +2,8 @@
 
 A worker's parameters and batch statistics travel as one float32 vector, and
 its gradients and new statistics come back as another, laid out variable
-after variable in `state_split.flat_variables` order. The workers' program
+after variable in `flat_variables` order (the names every emulated engine
+and the planner share). The workers' program
 unpacks and packs it on the device, so the host moves one array per worker
 and direction instead of one per variable: with ResNet-18's hundred-odd
 variables the per-variable host calls cost more than the bytes (real
@@ -19,9 +20,19 @@ from jax import flatten_util
 import jax.numpy as jnp
 import numpy as np
 
-from trainer.engines.ps.state_split import PARAMS
+from trainer.checkpointing import path_str
 
 DTYPE = np.float32
+PARAMS, STATS = 'params', 'batch_stats'
+
+
+def flat_variables(params, batch_stats) -> dict:
+  """{'params/a/b/kernel': leaf, 'batch_stats/...': leaf} in tree order."""
+  flat = {}
+  for prefix, tree in ((PARAMS, params), (STATS, batch_stats)):
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+      flat[f'{prefix}/{path_str(path)}'] = leaf
+  return flat
 
 
 class Layout:

@@ -17,13 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from trainer import memory
 from trainer import specs
 from trainer import step_functions
-from trainer import validation
 from trainer.engines.emulation import wire
-from trainer.engines.ps import state_split
 
 AXIS = 'workers'
 
@@ -94,7 +92,7 @@ _AVERAGEABLE_STATS = ('mean', 'var')
 
 def check_batch_stats(config, batch_stats) -> None:
   """UsageError for batch statistics that are not running averages."""
-  for path in state_split.flat_variables({}, batch_stats):
+  for path in wire.flat_variables({}, batch_stats):
     if path.rsplit('/', 1)[-1] not in _AVERAGEABLE_STATS:
       raise UsageError(
           f'engine={config.engine} cannot keep {config.model.name}\'s batch '
@@ -102,12 +100,12 @@ def check_batch_stats(config, batch_stats) -> None:
           f'({", ".join(_AVERAGEABLE_STATS)}) only; use engine=spmd')
 
 
-def worker_devices(config) -> list:
-  """The N_w worker devices (network.num_workers): the last ones. On a
-  CPU-only machine the first device is also the host's, where shards
-  compute and host callbacks land (ps.overlap)."""
+def worker_devices(num_workers: int) -> list:
+  """The N_w worker devices: the last ones. On a CPU-only machine the first
+  device is also the host's, where shards compute and host callbacks land
+  (ps.overlap)."""
   devices = jax.devices()
-  return devices[len(devices) - validation.num_emulated_workers(config, len(devices)):]
+  return devices[len(devices) - num_workers:]
 
 
 def worker_mesh(devices) -> jax.sharding.Mesh:

@@ -14,6 +14,7 @@ import jax
 
 from trainer import optim
 from trainer.engines.emulation import workers
+from trainer.engines.emulation.network import NetworkSpec
 from trainer.engines.ps import async_workers
 from trainer.engines.ps import cluster as cluster_lib
 from trainer.engines.ps import state_split
@@ -25,7 +26,9 @@ class AsyncParameterServerEngine:
 
   def __init__(self, exp):
     config = exp.config
-    topology = cluster_lib.topology(exp)
+    network = NetworkSpec.from_config(config.network, jax.device_count())
+    topology = cluster_lib.placement(exp, network.num_workers, config.ps.num_shards,
+                                     config.ps.partitioner)
     self.batch_sharding = topology.batch_sharding
     self.step_phases = cluster_lib.STEP_PHASES
     n = topology.num_workers
@@ -47,7 +50,7 @@ class AsyncParameterServerEngine:
     # clipping was.
     lr_fn = lambda count: exp.learning_rate_fn(count // n) / n  # pylint: disable=unnecessary-lambda-assignment
     self.cluster = cluster_lib.Cluster(
-        exp, topology, optim.create_optimizer(config, lr_fn, clip=False))
+        exp, topology, optim.create_optimizer(config, lr_fn, clip=False), network)
     self._runner = async_workers.AsyncRunner(self.cluster, exp, programs)
     logging.info('Compiled the PS workers\' gradient programs in %.1fs; %s',
                  compile_s, self.cluster.describe())

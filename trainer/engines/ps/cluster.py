@@ -2,7 +2,7 @@
 server shards in host memory, every interface (NIC) and the moves of bytes
 between them.
 
-`topology` decides, before anything compiles, which devices are workers,
+`placement` decides, before anything compiles, which devices are workers,
 how their variables travel (wire.py) and which shard owns which piece
 (partition.py); it raises UsageError for what the engine cannot run.
 `Cluster` then owns the shards, the workers' NICs and the thread pool the
@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from trainer.engines.emulation import link
+from trainer.engines.emulation.network import NetworkSpec
 from trainer.engines.emulation import topology as hosts_lib
 from trainer.engines.emulation import threads
 from trainer.engines.emulation import wire
@@ -27,7 +28,7 @@ from trainer.engines.emulation import workers
 from trainer.engines.ps import partition
 from trainer.engines.ps import shard as shard_lib
 from trainer.engines.ps import state_split
-from trainer.engines.ps.state_split import PARAMS, STATS
+from trainer.engines.emulation.wire import PARAMS, STATS
 from trainer.state import TrainState
 
 # The metrics (seconds) that split a step, in order (Engine.step_phases).
@@ -60,19 +61,17 @@ class Placement:
     return jax.sharding.NamedSharding(self.mesh, jax.P(workers.AXIS))
 
 
-def topology(exp) -> Placement:
+def placement(exp, num_workers: int, num_shards: int, partitioner: str) -> Placement:
   """The worker devices and the shards' pieces; UsageError for a model or
   shard count the engine cannot run. Compiles nothing."""
-  config = exp.config
   abstract = exp.abstract_state
-  workers.check_batch_stats(config, abstract.batch_stats)
-  variables = state_split.flat_variables(abstract.params, abstract.batch_stats)
-  worker_devices = workers.worker_devices(config)
+  workers.check_batch_stats(exp.config, abstract.batch_stats)
+  variables = wire.flat_variables(abstract.params, abstract.batch_stats)
+  worker_devices = workers.worker_devices(num_workers)
   return Placement(
       devices=worker_devices, mesh=workers.worker_mesh(worker_devices),
       layout=wire.Layout(variables),
-      shard_pieces=partition.partition(variables, config.ps.num_shards,
-                                       config.ps.partitioner))
+      shard_pieces=partition.partition(variables, num_shards, partitioner))
 
 
 class Cluster:
@@ -84,10 +83,9 @@ class Cluster:
   thread (ps.overlap's per-connection threads).
   """
 
-  def __init__(self, exp, topology_: Placement, tx):
+  def __init__(self, exp, topology_: Placement, tx, network: NetworkSpec):
     """tx: the shards' optax transformation (without clipping: the engines
-    clip with clip_scale)."""
-    network = exp.config.network
+    clip with clip_scale); network: the links (its N_w is topology_'s)."""
     self._exp = exp
     self.devices = topology_.devices
     self.num_workers = n = topology_.num_workers
@@ -103,7 +101,7 @@ class Cluster:
     # NIC they share (network.devices_per_host; 1: a NIC each).
     self.hosts = hosts_lib.Topology(
         n, network.devices_per_host, nic_gbps=network.bandwidth_gbps,
-        nic_latency_ms=network.latency_ms)
+        nic_latency_ms=network.latency_ms)  # no fabric: PS traffic leaves the host
     self._worker_nics = [self.hosts.nic_of(i) for i in range(n)]
     self._transfers = concurrent.futures.ThreadPoolExecutor(
         n * len(self.shards), thread_name_prefix=f'{self.thread_prefix}link')

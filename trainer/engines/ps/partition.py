@@ -15,7 +15,7 @@ piece and every piece to exactly one shard.
 import dataclasses
 import math
 
-from configs.errors import UsageError
+from core.errors import UsageError
 
 PARTITIONERS = ('greedy', 'round_robin')
 # Greedy cuts variables into pieces of at most this share of a shard's fair

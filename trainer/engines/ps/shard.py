@@ -13,7 +13,7 @@ import optax
 from trainer.engines.emulation import link
 from trainer.engines.ps import state_split
 from trainer.engines.emulation import wire
-from trainer.engines.ps.state_split import PARAMS, STATS
+from trainer.engines.emulation.wire import PARAMS, STATS
 
 
 def host_device():

@@ -17,19 +17,10 @@ import jax
 import numpy as np
 
 from trainer.checkpointing import path_str
+from trainer.engines.emulation.wire import PARAMS
 
-PARAMS, STATS = 'params', 'batch_stats'
 # The checkpoint metadata key of the asynchronous shards' exact step counts.
 ASYNC_COUNTS_KEY = 'ps_async_optimizer_counts'
-
-
-def flat_variables(params, batch_stats) -> dict:
-  """{'params/a/b/kernel': leaf, 'batch_stats/...': leaf} in tree order."""
-  flat = {}
-  for prefix, tree in ((PARAMS, params), (STATS, batch_stats)):
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-      flat[f'{prefix}/{path_str(path)}'] = leaf
-  return flat
 
 
 def _is_params_like(treedef):

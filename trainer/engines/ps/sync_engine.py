@@ -28,21 +28,22 @@ from absl import logging
 import jax
 import numpy as np
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from trainer import optim
-from trainer import validation
 from trainer.engines.emulation import link
+from trainer.engines.emulation import network as network_lib
+from trainer.engines.emulation.network import NetworkSpec
 from trainer.engines.emulation import threads
 from trainer.engines.emulation import workers
 from trainer.engines.ps import cluster as cluster_lib
-from trainer.engines.ps.state_split import PARAMS
+from trainer.engines.emulation.wire import PARAMS
 from trainer.state import TrainState
 
 
 def _check_overlap_devices(config) -> None:
   """UsageError when ps.overlap cannot work on these devices."""
   devices = jax.devices()
-  n = validation.num_emulated_workers(config, len(devices))
+  n = network_lib.num_workers(config.network, len(devices))
   if devices[0].platform == 'cpu' and n == len(devices):
     # XLA hands a gradient to the host by placing it on the first CPU
     # device, which waits behind that device's own running step.
@@ -62,7 +63,9 @@ class SyncParameterServerEngine:
     self._overlap = config.ps.overlap
     if self._overlap:
       _check_overlap_devices(config)
-    topology = cluster_lib.topology(exp)
+    network = NetworkSpec.from_config(config.network, jax.device_count())
+    topology = cluster_lib.placement(exp, network.num_workers, config.ps.num_shards,
+                                     config.ps.partitioner)
     self.batch_sharding = topology.batch_sharding
     self.step_phases = cluster_lib.STEP_PHASES
     self._replicated = jax.sharding.NamedSharding(topology.mesh, jax.P())
@@ -80,7 +83,8 @@ class SyncParameterServerEngine:
     # The shards clip with the global norm of the mean gradient, as SPMD
     # does, so their optax chain holds an identity where clipping was.
     self.cluster = cluster_lib.Cluster(
-        exp, topology, optim.create_optimizer(config, exp.learning_rate_fn, clip=False))
+        exp, topology, optim.create_optimizer(config, exp.learning_rate_fn, clip=False),
+        network)
     n, prefix = self.cluster.num_workers, self.cluster.thread_prefix
     self._tasks = concurrent.futures.ThreadPoolExecutor(
         max(n, self.cluster.num_shards), thread_name_prefix=f'{prefix}task')

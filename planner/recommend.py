@@ -9,9 +9,9 @@ limits them, and says it in words.
 """
 
 from trainer import host_input
-from trainer import units
-from trainer.planner import cluster_model as cm
-from trainer.planner import formulas
+from core import units
+from planner import cluster_model as cm
+from planner import formulas
 
 THRESHOLD = 0.8  # "scales": at least this scaling efficiency
 _MOST_HOSTS = 4096  # max_scaling_hosts looks no further

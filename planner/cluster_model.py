@@ -24,7 +24,7 @@ import math
 import typing
 
 from trainer import validation
-from trainer.planner import formulas
+from planner import formulas
 
 ALLREDUCE_ALGORITHMS = validation.ALLREDUCE_ALGORITHMS
 PS_PLACEMENTS = validation.PS_PLACEMENTS

@@ -12,7 +12,7 @@ stated T_C (plan.compute_s at plan.compute_s_batch, in proportion to the
 batch). Measured here as well: the model's bytes S, the host copies and
 the servers' update time.
 
-The answers (trainer/planner/recommend.py): the per-device batch, from the
+The answers (planner/recommend.py): the per-device batch, from the
 predicted throughput of the whole step on that cluster; all-reduce (which)
 or PS (how many shards); the most hosts that still scale above 80% and what
 limits them; whether the hosts' cores keep up with their devices (an
@@ -30,15 +30,16 @@ import os
 from absl import logging
 import jax
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from trainer import experiment
 from trainer import memory
-from trainer import units
+from core import units
 from trainer import validation
 from trainer import workdir_lock
-from trainer.planner import cluster_model as cm
-from trainer.planner import measure
-from trainer.planner import recommend
+from trainer.engines import emulation
+from planner import cluster_model as cm
+from planner import measure
+from planner import recommend
 from trainer.validation import parse_list
 
 PLAN_FILE = 'plan.json'
@@ -101,7 +102,7 @@ def _cluster_compute(plan, exp, local_workers, batches, capacity, model_name) ->
 def _measure_and_plan(config, workdir: str) -> dict:
   plan = config.plan  # values checked by trainer/validation.py
   batches = parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)
-  local_workers = validation.num_emulated_workers(config, jax.device_count())
+  local_workers = emulation.NetworkSpec.from_config(config.network, jax.device_count()).num_workers
   if local_workers > jax.device_count():
     raise UsageError(f'network.num_workers={local_workers}: the sweep runs that many '
                      f'workers here, but {jax.device_count()} devices are present')

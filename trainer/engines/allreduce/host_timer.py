@@ -1,6 +1,6 @@
-"""The host's own work of an all-reduce engine step, timed by the planner.
+"""The host's own work of an all-reduce engine step, timed for the planner.
 
-As measure.HostTimer does for the parameter server, it runs the all-reduce
+As the parameter-server engine's HostTimer does for its shards, it runs the all-reduce
 engine's own parts on unlimited links: the rings (copies, additions and the
 barriers between ring steps, for every worker at once), the workers'
 vectors off and onto their devices, the workers' update program, and the
@@ -10,19 +10,17 @@ the engine's step times.
 """
 
 import concurrent.futures
-import dataclasses
 
 import jax
 import numpy as np
 
 from trainer import state as state_lib
-from trainer import timing
+from core import timing
 from trainer.engines.allreduce import ring as ring_lib
 from trainer.engines.allreduce import update as update_lib
-from trainer.engines.emulation import topology as hosts_lib
+from trainer.engines.emulation.network import NetworkSpec
 from trainer.engines.emulation import wire
 from trainer.engines.emulation import workers
-from trainer.engines.ps import state_split
 
 P = jax.sharding.PartitionSpec
 
@@ -32,19 +30,16 @@ class AllReduceHostTimer:
   demand (the study times it just before and just after each cell)."""
 
   def __init__(self, exp, num_workers: int, devices_per_host: int, algorithm: str):
-    config = exp.config.copy_and_resolve_references()
-    config.network.num_workers = num_workers
-    exp = dataclasses.replace(exp, config=config)
-    abstract = exp.abstract_state
+    config, abstract = exp.config, exp.abstract_state
     self._n = num_workers
-    self._layout = layout = wire.Layout(state_split.flat_variables(
+    self._layout = layout = wire.Layout(wire.flat_variables(
         abstract.params, abstract.batch_stats))
-    self._devices = devices = workers.worker_devices(config)
+    self._devices = devices = workers.worker_devices(num_workers)
     mesh = workers.worker_mesh(devices)
     self._replicated = jax.sharding.NamedSharding(mesh, P())
     self._stacked = jax.sharding.NamedSharding(mesh, P(workers.AXIS))
-    topology = hosts_lib.Topology(num_workers, devices_per_host, nic_gbps=0.0,
-                                  nic_latency_ms=0.0)  # unlimited: the host's work alone
+    # Unlimited links: the host's work alone.
+    topology = NetworkSpec(num_workers, devices_per_host).unlimited().topology()
     host = jax.device_get(state_lib.create_train_state(
         exp.model, exp.tx, config.data.image_size, exp.state_shardings, config.seed))
     vector = layout.pack_host(host.params, host.batch_stats)

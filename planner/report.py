@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from trainer import units
+from core import units
 
 STUDY_FILE = 'study.md'
 # The measured step phases shown per engine (the engine's step_phases less

@@ -21,7 +21,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from configs.errors import UsageError
+from core.errors import UsageError
 from models import registry
 from trainer import validation
 from trainer.validation import parse_list
@@ -30,12 +30,12 @@ from trainer import engines
 from trainer import experiment
 from trainer import progress
 from trainer import state as state_lib
-from trainer import units
+from core import units
 from trainer import workdir_lock
-from trainer.planner import cluster_model
-from trainer.planner import formulas
-from trainer.planner import measure
-from trainer.planner import report
+from planner import cluster_model
+from planner import formulas
+from planner import measure
+from planner import report
 
 RESULTS_FILE = 'study.jsonl'
 _WARMUP_STEPS = 2
@@ -44,7 +44,19 @@ _WARMUP_STEPS = 2
 def study_engines(config) -> list[str]:
   """study.engines as names, in order, each once (checked by validation.py)."""
   return list(dict.fromkeys(validation.parse_names(
-      'study.engines', config.study.engines, validation.STUDY_ENGINES, 'engine')))
+      'study.engines', config.study.engines, engines.emulated_names(), 'engine')))
+
+
+def _engine_cells(engine: str, setting: dict, study, algorithms) -> list[dict]:
+  """The cells of one engine in one setting: a PS cell per shard count; an
+  all-reduce cell per algorithm (with one worker a host, hierarchical is the
+  flat ring)."""
+  if engine == 'ps':
+    return [{'engine': 'ps', **setting, 'num_shards': shards}
+            for shards in parse_list('study.num_shards', study.num_shards)]
+  per_host = setting['devices_per_host']
+  return [{'engine': engine, **setting, 'algorithm': a}
+          for a in (algorithms if per_host > 1 else ['ring'])]
 
 
 def grid(config) -> list[dict]:
@@ -65,13 +77,7 @@ def grid(config) -> list[dict]:
             setting = {'model': model, 'num_workers': workers, 'batch_size': batch,
                        'bandwidth_gbps': bandwidth, 'devices_per_host': per_host}
             for engine in study_engines(config):
-              if engine == 'ps':
-                cells += [{'engine': 'ps', **setting, 'num_shards': shards}
-                          for shards in parse_list('study.num_shards', study.num_shards)]
-              else:  # rings of the workers: no shards
-                # With one worker a host, hierarchical is the flat ring.
-                cells += [{'engine': engine, **setting, 'algorithm': a}
-                          for a in (algorithms if per_host > 1 else ['ring'])]
+              cells += _engine_cells(engine, setting, study, algorithms)
   return cells
 
 
@@ -185,15 +191,12 @@ class Predictor:
     # The grid runs one model after another: an earlier model's timers
     # (its shards and buffers) are not needed again.
     self.close(keep_model=cell['model'])
-    n = cell['num_workers']
-    if cell['engine'] == 'ps':
-      n_ps = cell['num_shards']
-      timer = self._once(('host', cell['model'], n, n_ps),
-                         lambda: self._measure.HostTimer(exp, n, n_ps))
-    else:
-      g, algorithm = cell.get('devices_per_host', 1), cell.get('algorithm', 'ring')
-      timer = self._once(('host', cell['model'], n, g, algorithm),
-                         lambda: self._measure.AllReduceHostTimer(exp, n, g, algorithm))
+    # One timer per model, engine and layout: the batch and the link do not
+    # change the host's own work.
+    layout = tuple(sorted((k, v) for k, v in cell.items()
+                          if k not in ('model', 'batch_size', 'bandwidth_gbps')))
+    timer = self._once(('host', cell['model'], layout),
+                       lambda: self._measure.host_timer(exp, cell))
     now.update(timer.median_s(self._config.plan.repeats))
     return now
 
@@ -205,12 +208,10 @@ class Predictor:
   def predict(self, exp, cell: dict, now: dict) -> dict:
     """The cell's step time under its engine, from measure_now's figures
     (the mean of those before and after the cell)."""
-    engine = cell['engine']
-    if engine == 'ps':
-      return self.predict_ps(exp, cell, now)
-    if engine == 'allreduce':
-      return self.predict_allreduce(exp, cell, now)
-    raise ValueError(f'no prediction for engine {engine!r}')
+    predictors = {'ps': self.predict_ps, 'allreduce': self.predict_allreduce}
+    if cell['engine'] not in predictors:
+      raise ValueError(f'no prediction for engine {cell["engine"]!r}')
+    return predictors[cell['engine']](exp, cell, now)
 
   def predict_ps(self, exp, cell: dict, now: dict) -> dict:
     """The synchronous PS step: T_C, push, update, pull over the links, and

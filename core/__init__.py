@@ -1,0 +1,3 @@
+"""The ground floor every package may import: errors and exit codes
+(errors.py), whole-file writes (atomic.py), link units (units.py) and timing
+a piece of work (timing.py). It imports nothing of the project."""

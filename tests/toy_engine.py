@@ -1,0 +1,35 @@
+"""A fourth engine, added as a new engine would be: one module exporting the
+engine contract (trainer/engines/__init__.py) and one REGISTRY line, which
+tests/test_engine_registry.py adds. It is the SPMD engine, counting its
+steps, with a config check of its own."""
+
+from core.errors import UsageError
+from trainer.engines import spmd
+
+CONFIG_SECTIONS = ()
+EMULATED = False
+STEPS_TAKEN = []  # one entry per step any ToyEngine took
+
+
+def check_section(config) -> None:
+  del config
+
+
+def check_config(config) -> None:
+  if config.grad_accum_steps != 1:
+    raise UsageError('engine=toy takes grad_accum_steps=1 only')
+
+
+def check_against_devices(config, num_devices: int, num_processes: int) -> None:
+  del config, num_devices, num_processes
+
+
+class ToyEngine(spmd.SpmdEngine):
+
+  def step(self, batch) -> None:
+    STEPS_TAKEN.append(1)
+    super().step(batch)
+
+
+def create(exp):
+  return ToyEngine(exp)
