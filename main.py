@@ -6,16 +6,16 @@
 
 Modes: train (the default; rerun the same command to resume), eval (restore a
 checkpoint and evaluate), predict (classify image files with a checkpoint),
-bench (time the train step), plan and study (the parameter-server planner),
-prepare (prepare the data once, before a multi-host job). README.md is the
+export (a checkpoint as a TensorFlow SavedModel), bench (time the train
+step), plan and study (the cluster planner), probe (measure the real
+network and devices into probe.json), prepare (prepare the data once, before
+a multi-host job). README.md is the
 guide; docs/configuration.md lists every config key.
 """
 
-# This file only parses flags, starts the runtime and dispatches: all logic
-# lives in cli/ (flags, config loading, the runtime) and trainer/ (validation
-# and the work).
+# This file only parses flags, starts the runtime and dispatches (the modes'
+# table is cli/modes.py): all logic lives in the packages.
 
-import json
 import os
 import sys
 
@@ -35,6 +35,7 @@ from cli import config_loader
 from cli import describe
 from cli import flags_parser
 from cli import logs
+from cli import modes
 from configs import schema
 from core.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
@@ -74,34 +75,12 @@ def run(argv) -> int:
   if FLAGS.print_config:
     _print_listing(describe.config_text(config))
     return 0
-  ignored = validation.ignored_engine_keys(config) if FLAGS.mode in ('train', 'bench') else []
-  if ignored:
-    # Not an error: a PS run's work dir keeps its ps.* keys when it goes
-    # on under another engine.
-    logging.warning('engine=%s: %s set, but this engine does not use them',
-                    config.engine, ', '.join(ignored))
-  # Evaluation data that eval.* names (None: the training data's own split).
-  evaluation = (eval_data.eval_data_config(config)
-                if FLAGS.mode in ('train', 'eval', 'prepare') else None)
-  # bench, plan and study run on synthetic data of the configured shapes;
-  # eval reads only the evaluation data.
-  if FLAGS.mode in ('train', 'prepare') or (FLAGS.mode == 'eval' and evaluation is None):
-    check_data_config(config.data)
-  if evaluation is not None and FLAGS.mode != 'prepare':
-    check_data_config(evaluation)
-  if FLAGS.mode in ('eval', 'predict') and schema.load_saved(FLAGS.workdir) is None:
-    raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '
-                     f'(no {schema.CONFIG_FILE_NAME}); train first')
-
-  if FLAGS.mode == 'prepare':  # before the runtime: one process, no devices
-    from input_pipeline import prepare  # pylint: disable=g-import-not-at-top
-    multi_process = (FLAGS.num_processes > 1 or
-                     runtime.detect_cluster(config.runtime.cluster) is not None)
-    for data in (config.data, evaluation):
-      if data is not None:  # the second: evaluation data that eval.* names
-        print(prepare.prepare_data(data, seed=config.seed, multi_process=multi_process,
-                                   eval_only=data is not config.data), flush=True)
-    return 0
+  mode = modes.MODES[FLAGS.mode]
+  _check_before_start(mode, config)
+  context = modes.Context(multi_process_job=(
+      FLAGS.num_processes > 1 or runtime.detect_cluster(config.runtime.cluster) is not None))
+  if mode.before_runtime:  # one process, no devices
+    return mode.run(config, FLAGS.workdir, context)
 
   view = runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
                      coordinator_address=FLAGS.coordinator_address,
@@ -115,38 +94,37 @@ def run(argv) -> int:
                      gpu_defaults=config.runtime.gpu_defaults)
   devices_line = runtime.check_devices(view)
   import jax  # pylint: disable=g-import-not-at-top
-  if FLAGS.mode not in ('plan', 'study'):
-    # The planner and the study choose their own batches, workers and
-    # meshes, and check each of them; the run's batch_size plays no part.
+  if mode.checks_batch:
     validation.check_against_devices(config, num_devices=jax.device_count(),
                                      num_processes=jax.process_count())
   if jax.process_count() > 1 or jax.default_backend() != 'cpu':
     # Which host drives which devices: what a cluster's operator checks
     # first (a single CPU process has nothing to tell).
     logging.info('%s', devices_line)
+  return mode.run(config, FLAGS.workdir, context)
 
-  if FLAGS.mode == 'bench':
-    from trainer import bench  # pylint: disable=g-import-not-at-top
-    print(json.dumps(bench.run_bench(config, FLAGS.workdir)), flush=True)
-    return 0
-  if FLAGS.mode in ('plan', 'study'):
-    from planner import plan, study  # pylint: disable=g-import-not-at-top
-    if FLAGS.mode == 'plan':
-      plan.run_plan(config, FLAGS.workdir)
-    else:
-      print(json.dumps(study.run_study(config, FLAGS.workdir)), flush=True)
-    return 0
-  if FLAGS.mode == 'predict':
-    from trainer import predict  # pylint: disable=g-import-not-at-top
-    predict.run_predict(config, FLAGS.workdir)
-    return 0
-  from trainer import evaluate, train  # pylint: disable=g-import-not-at-top
-  if FLAGS.mode == 'train':
-    outcome = train.train_and_evaluate(config, FLAGS.workdir)
-    return EXIT_PREEMPTED if outcome.preempted else 0
-  summary = evaluate.evaluate_checkpoint(config, FLAGS.workdir)
-  print(evaluate.summary_json(summary), flush=True)
-  return 0
+
+def _check_before_start(mode: modes.Mode, config) -> None:
+  """What the mode needs of the config, the data and the work dir, checked
+  before the runtime starts (cli/modes.py says what each mode needs)."""
+  ignored = validation.ignored_engine_keys(config) if mode.warns_unused_engine_keys else []
+  if ignored:
+    # Not an error: a PS run's work dir keeps its ps.* keys when it goes
+    # on under another engine.
+    logging.warning('engine=%s: %s set, but this engine does not use them',
+                    config.engine, ', '.join(ignored))
+  if FLAGS.mode in modes.MODE_CHECKS:
+    modes.MODE_CHECKS[FLAGS.mode](config)
+  if mode.data:
+    # Evaluation data that eval.* names (None: the training data's own split).
+    evaluation = eval_data.eval_data_config(config)
+    if mode.data in ('train', 'prepare') or evaluation is None:
+      check_data_config(config.data)
+    if evaluation is not None and mode.data != 'prepare':
+      check_data_config(evaluation)
+  if mode.needs_trained_workdir and schema.load_saved(FLAGS.workdir) is None:
+    raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '
+                     f'(no {schema.CONFIG_FILE_NAME}); train first')
 
 
 def _print_listing(text: str) -> None:

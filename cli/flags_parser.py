@@ -10,15 +10,15 @@ import dataclasses
 
 from absl import flags
 
+from cli import modes
 from cli import workdir as workdir_lib
 from core.errors import UsageError
 
 FLAGS = flags.FLAGS
 _HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull', '--helpxml')
-MODES = ('train', 'eval', 'predict', 'bench', 'plan', 'study', 'prepare')
 
 flags.DEFINE_string('workdir', None, 'Work dir: checkpoints, metrics, config.json.')
-flags.DEFINE_enum('mode', 'train', MODES, 'What to run.')
+flags.DEFINE_enum('mode', 'train', tuple(modes.MODES), 'What to run.')
 flags.DEFINE_string('coordinator_address', None,
                     'HOST:PORT of process 0, for multi-process runs.')
 flags.DEFINE_integer('num_processes', 1, 'Processes in a multi-process run.')
@@ -88,7 +88,7 @@ def parse(argv: list[str]) -> list[str]:
   if FLAGS.workdir:
     # Expanded once, here: everything after reads FLAGS.workdir.
     FLAGS.workdir = workdir_lib.expand(FLAGS.workdir)
-  if FLAGS.print_config or FLAGS.list or FLAGS.mode == 'prepare':
+  if FLAGS.print_config or FLAGS.list or modes.MODES[FLAGS.mode].before_runtime:
     return remaining  # they write nothing there, and need no work dir
   if not FLAGS.workdir:
     raise UsageError('--workdir is required')

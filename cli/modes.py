@@ -1,0 +1,128 @@
+"""--mode: what each mode checks before the runtime starts, and what it runs.
+
+main.run looks the mode up in MODES and follows its entry; a new mode is one
+entry here (and its package). Each `run` takes (config, workdir, context)
+and returns the exit code; the packages are imported on use, so a mode loads
+only what it needs.
+"""
+
+import dataclasses
+import json
+from typing import Callable
+
+from core.errors import EXIT_PREEMPTED
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a mode may need besides the config and the work dir."""
+  multi_process_job: bool  # more than one process, launched or scheduled
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+  run: Callable  # (config, workdir, Context) -> exit code
+  # Which data it reads, checked before anything starts: 'train' (the
+  # training data and the evaluation data), 'eval' (the evaluation data
+  # only), 'prepare' (the training data's location; the evaluation data is
+  # what it prepares) or '' (none: synthetic data of the configured shapes,
+  # or images named by the mode's own keys).
+  data: str = ''
+  needs_trained_workdir: bool = False  # reads a checkpoint of a past run
+  warns_unused_engine_keys: bool = False  # runs the configured engine
+  before_runtime: bool = False  # one process, no devices (prepare)
+  # The run's batch_size over the devices: checked unless the mode chooses
+  # its own batches, workers and meshes (and checks each of them).
+  checks_batch: bool = True
+
+
+def _print_json(record: dict) -> int:
+  print(json.dumps(record), flush=True)
+  return 0
+
+
+def _train(config, workdir, context) -> int:
+  del context
+  from trainer import train  # pylint: disable=g-import-not-at-top
+  outcome = train.train_and_evaluate(config, workdir)
+  return EXIT_PREEMPTED if outcome.preempted else 0
+
+
+def _eval(config, workdir, context) -> int:
+  del context
+  from trainer import evaluate  # pylint: disable=g-import-not-at-top
+  print(evaluate.summary_json(evaluate.evaluate_checkpoint(config, workdir)), flush=True)
+  return 0
+
+
+def _predict(config, workdir, context) -> int:
+  del context
+  from trainer import predict  # pylint: disable=g-import-not-at-top
+  predict.run_predict(config, workdir)
+  return 0
+
+
+def _export(config, workdir, context) -> int:
+  del context
+  from trainer import export  # pylint: disable=g-import-not-at-top
+  return _print_json(export.run_export(config, workdir))
+
+
+def _bench(config, workdir, context) -> int:
+  del context
+  from trainer import bench  # pylint: disable=g-import-not-at-top
+  return _print_json(bench.run_bench(config, workdir))
+
+
+def _plan(config, workdir, context) -> int:
+  del context
+  from planner import plan  # pylint: disable=g-import-not-at-top
+  plan.run_plan(config, workdir)
+  return 0
+
+
+def _study(config, workdir, context) -> int:
+  del context
+  from planner import study  # pylint: disable=g-import-not-at-top
+  return _print_json(study.run_study(config, workdir))
+
+
+def _probe(config, workdir, context) -> int:
+  del context
+  from probe import run as probe_run  # pylint: disable=g-import-not-at-top
+  probe_run.run_probe(config, workdir)
+  return 0
+
+
+def _prepare(config, workdir, context) -> int:
+  del workdir
+  from trainer import eval_data  # pylint: disable=g-import-not-at-top
+  from input_pipeline import prepare  # pylint: disable=g-import-not-at-top
+  evaluation = eval_data.eval_data_config(config)
+  for data in (config.data, evaluation):
+    if data is not None:  # the second: evaluation data that eval.* names
+      print(prepare.prepare_data(data, seed=config.seed,
+                                 multi_process=context.multi_process_job,
+                                 eval_only=data is not config.data), flush=True)
+  return 0
+
+
+def _check_probe_keys(config) -> None:
+  from probe import settings  # pylint: disable=g-import-not-at-top
+  settings.check_config(config)
+
+
+MODES = {
+    'train': Mode(_train, data='train', warns_unused_engine_keys=True),
+    'eval': Mode(_eval, data='eval', needs_trained_workdir=True),
+    'predict': Mode(_predict, needs_trained_workdir=True),
+    'export': Mode(_export, needs_trained_workdir=True),
+    'bench': Mode(_bench, warns_unused_engine_keys=True),
+    'plan': Mode(_plan, checks_batch=False),
+    'study': Mode(_study, checks_batch=False),
+    'probe': Mode(_probe, checks_batch=False),
+    'prepare': Mode(_prepare, data='prepare', before_runtime=True),
+}
+
+# Checks of a mode's own config section, before the runtime starts.
+MODE_CHECKS = {'probe': _check_probe_keys}
