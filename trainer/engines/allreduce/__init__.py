@@ -41,7 +41,7 @@ def create(exp):
 
 def host_timer(exp, cell: dict):
   """The step's host work for cell['num_workers'] workers in hosts of
-  cell['devices_per_host'] and cell['algorithm'] (host_timer.AllReduceHostTimer)."""
-  from trainer.engines.allreduce import host_timer as timer_lib  # pylint: disable=g-import-not-at-top
-  return timer_lib.AllReduceHostTimer(exp, cell['num_workers'], cell['devices_per_host'],
+  cell['devices_per_host'] and cell['algorithm'] (host_work.AllReduceHostTimer)."""
+  from trainer.engines.allreduce import host_work  # pylint: disable=g-import-not-at-top
+  return host_work.AllReduceHostTimer(exp, cell['num_workers'], cell['devices_per_host'],
                                       cell.get('algorithm', 'ring'))

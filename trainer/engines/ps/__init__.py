@@ -70,12 +70,12 @@ def create(exp):
 
 def host_timer(exp, cell: dict):
   """The synchronous step's host work for cell['num_workers'] workers and
-  cell['num_shards'] shards (host_timer.HostTimer)."""
-  from trainer.engines.ps import host_timer as timer_lib  # pylint: disable=g-import-not-at-top
-  return timer_lib.HostTimer(exp, cell['num_workers'], cell['num_shards'])
+  cell['num_shards'] shards (host_work.HostTimer)."""
+  from trainer.engines.ps import host_work  # pylint: disable=g-import-not-at-top
+  return host_work.HostTimer(exp, cell['num_workers'], cell['num_shards'])
 
 
 def largest_shard_bytes(exp, num_shards: int) -> int:
   """The bytes of the largest of num_shards shards under ps.partitioner."""
-  from trainer.engines.ps import host_timer as timer_lib  # pylint: disable=g-import-not-at-top
-  return timer_lib.largest_shard_bytes(exp, num_shards)
+  from trainer.engines.ps import host_work  # pylint: disable=g-import-not-at-top
+  return host_work.largest_shard_bytes(exp, num_shards)
