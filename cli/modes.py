@@ -112,6 +112,11 @@ def _check_probe_keys(config) -> None:
   settings.check_config(config)
 
 
+def _check_plan_devices(config) -> None:
+  from planner import plan  # pylint: disable=g-import-not-at-top
+  plan.check_devices_named(config.plan)
+
+
 MODES = {
     'train': Mode(_train, data='train', warns_unused_engine_keys=True),
     'eval': Mode(_eval, data='eval', needs_trained_workdir=True),
@@ -125,4 +130,4 @@ MODES = {
 }
 
 # Checks of a mode's own config section, before the runtime starts.
-MODE_CHECKS = {'probe': _check_probe_keys}
+MODE_CHECKS = {'probe': _check_probe_keys, 'plan': _check_plan_devices}

@@ -123,6 +123,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.device_tflops = 0.0  # the cluster's device peak, TFLOP/s in the model's dtype; 0: the devices at hand
   config.plan.device_utilization = 0.4  # fraction of that peak a train step reaches (T_C = FLOPs / (peak * this))
   config.plan.device_memory_gib = 0.0  # memory of the cluster's device: larger batches are not tried; 0: as the devices at hand (runtime.device_memory_gib)
+  config.plan.target = 'cluster'  # cluster: the devices are named by plan.device_tflops, plan.compute_s or plan.probe (--mode=plan refuses none); here: a cluster of the devices at hand, timed here
+  config.plan.probe = ''  # a work dir holding probe.json (--mode=probe): T_C, the links' latency and bandwidth and each step's fixed cost come from it (docs/probe.md)
   config.study = ml_collections.ConfigDict()
   config.study.models = 'resnet18,alexnet'  # registry names: one compute-heavy, one communication-heavy
   config.study.engines = 'ps,allreduce'  # engines each setting runs under: ps (once per N_ps), allreduce (a ring of the workers over the same links, once)

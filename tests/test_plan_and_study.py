@@ -9,6 +9,7 @@ from tests.helpers import run_main
 
 TINY = ['--config=configs/quickstart.py', '--config.model.width=4',
         '--config.data.image_size=16', '--config.plan.repeats=1']
+HERE = '--config.plan.target=here'  # plans of the devices at hand must say so
 
 
 def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
@@ -103,10 +104,16 @@ def test_a_study_resumes_without_redoing_cells_and_runs_both_engines(tmp_path):
     (['--mode=plan', '--config.plan.num_workers=16', '--config.plan.devices_per_host=3'],
      'plan.devices_per_host'),
     (['--mode=plan', '--config.plan.ps_placement=nearby'], 'plan.ps_placement'),
-    (['--mode=plan', '--config.runtime.device_memory_gib=0.000001',
+    (['--mode=plan', HERE, '--config.runtime.device_memory_gib=0.000001',
       '--config.plan.per_worker_batch_sizes=2'], 'fits'),
+    (['--mode=plan'], 'or plan.target=here'),
+    (['--mode=plan', HERE, '--config.plan.device_tflops=100'], 'plan.target=here times'),
+    (['--mode=plan', '--config.plan.compute_s=0.1', '--config.plan.probe=runs/p'],
+     'both give'),
+    (['--mode=plan', '--config.plan.target=there'], 'plan.target'),
 ], ids=['empty grid', 'study bandwidth', 'study engine', 'plan bandwidth', 'utilization',
-        'hosts', 'placement', 'nothing fits'])
+        'hosts', 'placement', 'nothing fits', 'no device named', 'here and a peak',
+        'two sources', 'bad target'])
 def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment):
   result = run_main(f'--workdir={tmp_path / "w"}', *TINY, *args)
   assert result.returncode == 2, result.stderr[-3000:]

@@ -22,6 +22,7 @@ EVAL_WEIGHTS = ('raw', 'ema')  # eval.weights
 # plan.allreduce_algorithms and study.allreduce_algorithms: the engine's own.
 ALLREDUCE_ALGORITHMS = allreduce.ALGORITHMS
 PS_PLACEMENTS = ('dedicated', 'colocated')  # plan.ps_placement
+PLAN_TARGETS = ('cluster', 'here')  # plan.target
 BENCH_DATA = ('synthetic', 'real')  # bench.data
 NONFINITE = ('stop', 'skip')
 CLUSTERS = ('auto', 'slurm', 'ompi', 'none')
@@ -321,9 +322,14 @@ def _check_plan_and_study(config: ml_collections.ConfigDict) -> None:
   if not 0 < plan.device_utilization <= 1:
     raise UsageError(f'plan.device_utilization={plan.device_utilization!r} must be '
                      'in (0, 1]: the fraction of the device peak a step reaches')
-  if plan.compute_s and plan.device_tflops:
-    raise UsageError('plan.compute_s and plan.device_tflops both give the '
+  _one_of('plan.target', plan.target, PLAN_TARGETS)
+  named_by = [k for k in ('compute_s', 'device_tflops', 'probe') if plan[k]]
+  if len(named_by) > 1:
+    raise UsageError(f'plan.{named_by[0]} and plan.{named_by[1]} both give the '
                      "cluster's compute time; set one of them")
+  if plan.target == 'here' and named_by:
+    raise UsageError(f'plan.target=here times the devices at hand, but plan.{named_by[0]} '
+                     'names other devices; remove one of them')
   _check_plan_cluster(plan)
   from models import registry  # pylint: disable=g-import-not-at-top
   study_models = parse_names('study.models', study.models, registry.MODEL_NAMES, 'model')
