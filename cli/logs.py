@@ -4,7 +4,8 @@ import logging
 
 from absl import logging as absl_logging
 
-_OWN_PACKAGES = ('/trainer/', '/cli/', '/input_pipeline/', '/models/', '/main.py')
+_OWN_PACKAGES = ('/trainer/', '/planner/', '/probe/', '/cli/', '/input_pipeline/', '/models/',
+                 '/configs/', '/core/', '/main.py')
 
 
 class _OwnInfoOnly(logging.Filter):
