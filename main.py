@@ -6,7 +6,9 @@
 
 Modes: train (the default; rerun the same command to resume), eval (restore a
 checkpoint and evaluate), predict (classify image files with a checkpoint),
+export (a checkpoint as a TensorFlow SavedModel),
 bench (time the train step), plan and study (the parameter-server planner),
+probe (measure the real network and devices into probe.json),
 prepare (prepare the data once, before a multi-host job). README.md is the
 guide; docs/configuration.md lists every config key.
 """
@@ -89,7 +91,10 @@ def run(argv) -> int:
     check_data_config(config.data)
   if evaluation is not None and FLAGS.mode != 'prepare':
     check_data_config(evaluation)
-  if FLAGS.mode in ('eval', 'predict') and schema.load_saved(FLAGS.workdir) is None:
+  if FLAGS.mode == 'probe':
+    from probe import settings as probe_settings  # pylint: disable=g-import-not-at-top
+    probe_settings.check_config(config)
+  if FLAGS.mode in ('eval', 'predict', 'export') and schema.load_saved(FLAGS.workdir) is None:
     raise UsageError(f'--workdir={FLAGS.workdir}: no trained run there '
                      f'(no {schema.CONFIG_FILE_NAME}); train first')
 
@@ -115,9 +120,9 @@ def run(argv) -> int:
                      gpu_defaults=config.runtime.gpu_defaults)
   devices_line = runtime.check_devices(view)
   import jax  # pylint: disable=g-import-not-at-top
-  if FLAGS.mode not in ('plan', 'study'):
-    # The planner and the study choose their own batches, workers and
-    # meshes, and check each of them; the run's batch_size plays no part.
+  if FLAGS.mode not in ('plan', 'study', 'probe'):
+    # The planner, the study and the probe choose their own batches, workers
+    # and meshes, and check each of them; the run's batch_size plays no part.
     validation.check_against_devices(config, num_devices=jax.device_count(),
                                      num_processes=jax.process_count())
   if jax.process_count() > 1 or jax.default_backend() != 'cpu':
@@ -129,6 +134,10 @@ def run(argv) -> int:
     from trainer import bench  # pylint: disable=g-import-not-at-top
     print(json.dumps(bench.run_bench(config, FLAGS.workdir)), flush=True)
     return 0
+  if FLAGS.mode == 'probe':
+    from probe import run as probe_run  # pylint: disable=g-import-not-at-top
+    probe_run.run_probe(config, FLAGS.workdir)
+    return 0
   if FLAGS.mode in ('plan', 'study'):
     from trainer.planner import plan, study  # pylint: disable=g-import-not-at-top
     if FLAGS.mode == 'plan':
@@ -139,6 +148,10 @@ def run(argv) -> int:
   if FLAGS.mode == 'predict':
     from trainer import predict  # pylint: disable=g-import-not-at-top
     predict.run_predict(config, FLAGS.workdir)
+    return 0
+  if FLAGS.mode == 'export':
+    from trainer import export  # pylint: disable=g-import-not-at-top
+    print(json.dumps(export.run_export(config, FLAGS.workdir)), flush=True)
     return 0
   from trainer import evaluate, train  # pylint: disable=g-import-not-at-top
   if FLAGS.mode == 'train':

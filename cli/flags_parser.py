@@ -15,7 +15,7 @@ from configs.errors import UsageError
 
 FLAGS = flags.FLAGS
 _HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull', '--helpxml')
-MODES = ('train', 'eval', 'predict', 'bench', 'plan', 'study', 'prepare')
+MODES = ('train', 'eval', 'predict', 'export', 'bench', 'plan', 'study', 'prepare', 'probe')
 
 flags.DEFINE_string('workdir', None, 'Work dir: checkpoints, metrics, config.json.')
 flags.DEFINE_enum('mode', 'train', MODES, 'What to run.')

@@ -4,7 +4,7 @@ import logging
 
 from absl import logging as absl_logging
 
-_OWN_PACKAGES = ('/trainer/', '/cli/', '/input_pipeline/', '/models/', '/main.py')
+_OWN_PACKAGES = ('/trainer/', '/cli/', '/input_pipeline/', '/models/', '/probe/', '/main.py')
 
 
 class _OwnInfoOnly(logging.Filter):
