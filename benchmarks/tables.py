@@ -256,18 +256,34 @@ def make_imagenet_like(records) -> list[Table]:
 
 
 def published_clusters(records) -> list[Table]:
-  """The planner's predicted scaling efficiency beside the published one."""
-  header = ['case', 'model', 'hosts x devices, NIC', 'strategy', 'predicted step s',
-            'predicted efficiency', 'published efficiency', 'points', 'estimated inputs',
-            'why it misses']
+  """The planner's predicted scaling efficiency (at line rate: an upper
+  bound) beside the published one, each case's second prediction where a
+  publication gives one, then the score of each predictor."""
+  header = ['case', 'model', 'hosts x devices, NIC', 'strategy', 'backprop share',
+            'predicted step s', 'predicted efficiency (line rate: upper bound)',
+            'published efficiency', 'points', 'second prediction', 'its points',
+            'estimated inputs', 'why it misses']
+  cases = [r for r in records if 'case' in r]
   rows = [[r['case'], r['model'],
            f"{r['num_hosts']} x {r['devices_per_host']}, {r['nic_gbps']:g} Gbit/s",
            r['strategy'] + (' (overlap)' if r['overlap'] else '') +
            (f", N_ps {r['num_shards']}" if r.get('num_shards') else ''),
+           _f(r.get('backprop_share'), '.2f'),
            _f(r['predicted_step_s'], '.3f'), _percent(r['predicted_efficiency']),
            _percent(r['published_efficiency']), _f(r['difference_points'], '+.1f'),
-           ', '.join(r['estimated_inputs']) or '-', r['why'] or '-'] for r in records]
-  return [(header, rows)]
+           (f"{_percent(r['second_efficiency'])} ({r['second_basis']})"
+            if r.get('second_efficiency') is not None else '-'),
+           _f(r.get('second_difference_points'), '+.1f'),
+           ', '.join(r['estimated_inputs']) or '-', r['why'] or '-'] for r in cases]
+  names = {'planner': 'the planner at line rate', 'always_100': 'always 100%',
+           'second': 'second predictions'}
+  score_header = ['predictor', 'predictions', 'within 10 points (rounded to 0.1)',
+                  'mean signed points', 'mean absolute points']
+  score_rows = [[names[name], _f(s[name]['predictions'], 'd'), _f(s[name]['within'], 'd'),
+                 _f(s[name]['mean_signed_points'], '+.1f'),
+                 _f(s[name]['mean_absolute_points'], '.1f')]
+                for s in records if s.get('summary') == 'score' for name in names]
+  return [(header, rows), (score_header, score_rows)]
 
 
 TABLES = {f.__name__: f for f in (

@@ -10,35 +10,57 @@ bad config is reported before any heavy import or any write to the work dir.
 import ast
 import importlib.util
 import os
+import re
 from typing import Any
 
 import ml_collections
 
 from configs import schema
+from configs import sharding
 from core.errors import UsageError
 from configs.schema import coerce, conform_to_schema, dotted_items, load_saved
 
 
 # What may differ between runs in one work dir (ARCHITECTURE.md): the length of
-# training, cadences, the mesh and device count, the engine (where parameters
-# live and how gradients meet), evaluation settings, where the data lives,
-# host-side performance knobs, and init.* (read only to start a run: once the
-# work dir has a checkpoint it is ignored, so it may be cleared when the
-# source run is gone). Everything else decides what the checkpoints mean and
-# must match.
+# training, cadences, the mesh, the sharding rules and the device count, the
+# engine and its own sections (where parameters live and how gradients meet:
+# a checkpoint holds the SPMD layout whatever the engine, and the one engine
+# metadata, the asynchronous PS counts, records N_w and is rescaled when it
+# changes), evaluation settings, where the data lives, host-side performance
+# knobs, and init.* (read only to start a run: once the work dir has a
+# checkpoint it is ignored, so it may be cleared when the source run is gone).
+# Everything else decides what the checkpoints mean and must match.
 MUTABLE_KEY_PREFIXES = (
     'num_train_steps', 'num_epochs', 'log_every_steps', 'eval_every_steps',
-    'checkpoint.', 'mesh.', 'eval.', 'runtime.', 'debug.', 'nonfinite',
-    'engine', 'ps.', 'model.bn_group_size', 'model.conv_form', 'bench.',
-    'profile_steps',
+    'checkpoint.', 'mesh.', 'sharding_rules', 'eval.', 'runtime.', 'debug.',
+    'nonfinite', 'engine', 'network.', 'ps.', 'allreduce.',
+    'model.bn_group_size', 'model.conv_form', 'bench.', 'profile_steps',
     'data.dir', 'data.manual_dir', 'data.prefetch_batches',
-    'init.', 'predict.',
+    'init.', 'predict.', 'export.',
 )
+
+
+def named_sharding_rules(name: str, *, source: str) -> tuple:
+  """The set of sharding rules configs/sharding.py defines as `name`
+  (FSDP or fsdp), or UsageError listing the names."""
+  rules = sharding.NAMED.get(name.strip().upper())
+  if rules is None:
+    raise UsageError(
+        f'{source}={name!r}: no set of that name in configs/sharding.py; '
+        f'known: {", ".join(sharding.NAMED)} (or a tuple of '
+        "('logical_axis', 'mesh_axis[,mesh_axis]') pairs)")
+  return rules
+
+
+def _is_name(text: str) -> bool:
+  return re.fullmatch(r'\s*[A-Za-z_]\w*\s*', text) is not None
 
 
 def parse_override_value(key: str, text: str, default: Any) -> Any:
   """Parses the text of --config.KEY=TEXT into the type of the default."""
   source = f'--config.{key}'
+  if key == 'sharding_rules' and _is_name(text):
+    return named_sharding_rules(text, source=source)
   if isinstance(default, bool):
     lowered = text.strip().lower()
     if lowered in ('true', '1', 'yes'):

@@ -19,7 +19,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.name = 'resnet18'  # registry name, see models/registry.py
   config.model.num_classes = 0  # 0: take the number of classes from the data
   config.model.dtype = 'auto'  # compute dtype: auto (bfloat16 on GPUs and TPUs, float32 on CPU), float32 or bfloat16; parameters stay float32
-  config.model.width = 0  # base width (ResNet stem channels); 0: published width
+  config.model.width = 0  # base width: ResNet stem and first-stage channels, ViT hidden size (MLP 4x, heads width/64), AlexNet, VGG, GoogLeNet first conv's channels (the rest scaled); 0: the published width
   config.model.depth = 0  # ViT: encoder blocks; 0: the published depth (other models: 0 only)
   config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
   config.model.drop_path_rate = 0.0  # ResNet, ViT: stochastic depth of the last block, rising linearly from 0 at the first; training only
@@ -44,6 +44,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
   config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)
   config.data.prefetch_batches = 2  # host batches prepared ahead of the step
+  config.data.randaugment_num_ops = 0  # RandAugment on the host after the crop and flip (docs/data.md, "Augmentation"; not synthetic data): operations per image, each applied with probability 0.5 (timm's 15, increasing magnitudes; DeiT: 2); 0: off
+  config.data.randaugment_magnitude = 9.0  # RandAugment magnitude on timm's 0-10 scale (DeiT: 9)
+  config.data.randaugment_magnitude_std = 0.0  # RandAugment: each operation's magnitude drawn from N(magnitude, this), clipped to [0, 10] (DeiT: 0.5); 0: fixed
+  config.data.random_erasing_prob = 0.0  # probability of replacing a box of 2%-1/3 of an image by normal noise, timm's random erasing (DeiT: 0.25); 0: off
+  config.data.repeated_augmentation = 0  # repeated augmentation: each image of an epoch's order this many times, each copy augmented anew, in the same batch; the epoch keeps its length, so covers 1/this of the images (DeiT: 3); 0 or 1: off
 
   # --- Optimisation ----------------------------------------------------------
   config.batch_size = 128  # global batch: all devices of all processes
@@ -52,9 +57,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.optimizer = 'sgd'  # sgd (with momentum), adamw, lars (large batches, You et al. 2017), lamb (You et al. 2020); none decays or trust-ratios biases and norms
   config.learning_rate = 0.1  # peak rate for a global batch of 256
   config.lr_scaling = 'linear'  # linear: rate * batch_size / 256; none: as given
-  config.lr_schedule = 'cosine'  # after warm-up: cosine, constant, step (times lr_step_factor at each of lr_step_epochs)
+  config.lr_schedule = 'cosine'  # after warm-up: cosine, constant, step (times lr_step_factor at each of lr_step_epochs), poly (to 0 as (1 - t)^lr_poly_power, t: the share of the steps after warm-up)
   config.lr_step_epochs = '30,60,80'  # lr_schedule=step: epochs, from the start of training, where the rate falls
   config.lr_step_factor = 0.1  # lr_schedule=step: the rate's factor at each of lr_step_epochs
+  config.lr_poly_power = 2.0  # lr_schedule=poly: the decay's power (2: MLPerf's LARS ResNet-50)
   config.warmup_steps = 0  # linear warm-up in steps; wins when > 0
   config.warmup_epochs = 0.0  # linear warm-up in epochs when steps is 0
   config.momentum = 0.9  # sgd, lars momentum; adamw, lamb beta1
@@ -65,6 +71,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.weight_decay = 1e-4  # decoupled for adamw and lamb, L2 (added to the gradient) for sgd and lars; not on biases or norms
   config.label_smoothing = 0.0  # label smoothing for the cross-entropy
   config.mixup_alpha = 0.0  # mixup Beta(alpha, alpha) mixing; 0: off
+  config.cutmix_alpha = 0.0  # CutMix: paste a box of another example's image covering 1 - Beta(alpha, alpha) of the area, labels mixed by the pasted area (DeiT: 1.0); 0: off
+  config.mixup_switch_prob = 0.5  # with both mixup_alpha and cutmix_alpha > 0: the probability that a step's batch uses CutMix rather than mixup
   config.grad_accum_steps = 1  # micro-batches per step (gradient accumulation)
   config.grad_clip_norm = 0.0  # clip the global gradient norm; 0: no clipping
   config.nonfinite = 'stop'  # non-finite loss or gradients: stop (keep the last good checkpoint), skip (drop the update)
@@ -77,8 +85,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.mesh.tensor = 1  # tensor-parallel axis size
   config.mesh.shard_update = False  # spmd: split optimiser state and update over the data axis (weight-update sharding, ZeRO-1)
   # Logical parameter axis -> mesh axes ('data,fsdp' = both; '' = replicated);
-  # named sets in configs/sharding.py. Data, not code: a change of
-  # parallelism is a change here and in config.mesh, never in the model.
+  # the named sets of configs/sharding.py by name on the command line
+  # (--config.sharding_rules=FSDP). Data, not code: a change of parallelism
+  # is a change here and in config.mesh, never in the model.
   config.sharding_rules = sharding.FSDP_TENSOR
   config.engine = 'spmd'  # spmd (jit over the mesh), ps (parameter-server emulation), allreduce (ring all-reduce emulation); ARCHITECTURE.md
 
@@ -117,7 +126,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.host_cpu_ms_per_image = 1.37  # CPU ms to decode and augment one image on such a host; default: inception_crop at 224 px on ImageNet-like JPEGs (benchmarks/input_pipeline.jsonl; measure yours with --mode=bench --config.bench.data=real)
   config.plan.ps_placement = 'dedicated'  # where PS shards live: dedicated (server hosts of their own), colocated (on the worker hosts, sharing their NICs)
   config.plan.allreduce_algorithms = 'ring,hierarchical'  # all-reduce algorithms compared with PS: ring (one ring through every device), hierarchical (inside each host, then rings across hosts)
-  config.plan.overlap = False  # the cluster's framework overlaps communication with backprop, the last 2/3 of T_C (Horovod, PyTorch DDP do); False: compute, then communication
+  config.plan.overlap = False  # the cluster's framework overlaps communication with backprop, the last plan.backprop_share of T_C (Horovod, PyTorch DDP do); False: compute, then communication
+  config.plan.backprop_share = 2 / 3  # with plan.overlap: the backward pass's share of T_C, which communication hides behind; 2/3 is the FLOP split (backward = 2 x forward)
   config.plan.compute_s = 0.0  # a stated T_C at per-device batch plan.compute_s_batch, other batches in proportion; 0: from the device peak, else measured here
   config.plan.compute_s_batch = 0  # the per-device batch plan.compute_s is for; 0: the smallest of plan.per_worker_batch_sizes
   config.plan.device_tflops = 0.0  # the cluster's device peak, TFLOP/s in the model's dtype; 0: the devices at hand
@@ -136,6 +146,17 @@ def get_config() -> ml_collections.ConfigDict:
   config.study.link_bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
   config.study.global_batch_sizes = '64,256'  # global batch grid (all workers together)
   config.study.steps = 8  # timed PS steps per cell (after 2 warm-up steps)
+
+  # --- Measuring the real network and devices (--mode=probe, docs/probe.md) ---
+  config.probe = ml_collections.ConfigDict()
+  config.probe.min_message_bytes = 4096  # smallest all-reduce and all-gather message timed, bytes per device
+  config.probe.max_message_bytes = 0  # largest message, bytes per device; 0: the model's parameter bytes (its gradients' all-reduce)
+  config.probe.num_sizes = 6  # message sizes timed, log-spaced from the smallest to the largest
+  config.probe.repeats = 5  # timed calls per collective and size, and per per-device batch of the model (median; plan.per_worker_batch_sizes are the batches)
+  config.probe.ops_per_call = 4  # collectives chained in one program call, which share the call's dispatch (a step's collectives run inside one program)
+  config.probe.step_repeats = 20  # timed steps of the tiny model whose time on all devices, less on one, is a step's fixed cost (median)
+  config.probe.host_grouping = 'auto'  # which devices form a host: process (each process's own), hostname (the processes of one machine together), auto (process on CPU, whose processes talk over gloo's sockets even on one machine; hostname on GPUs and TPUs)
+  config.probe.input_batches = 10  # real data (data.source other than synthetic): host batches of the input pipeline timed alone, after one warm-up batch
 
   # --- Cadences and outputs --------------------------------------------------
   config.log_every_steps = 50  # progress line and train metrics
@@ -170,6 +191,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.predict.inputs = ''  # comma-separated image files, folders (searched below for .jpg/.jpeg/.png) and .txt lists (one path a line)
   config.predict.top_k = 5  # classes reported per image, most probable first
   config.predict.output = ''  # also write the JSON lines to this file; '': standard output only
+
+  # --- Exporting a model (--mode=export, docs/export.md) ----------------------
+  config.export = ml_collections.ConfigDict()
+  config.export.dir = ''  # the TensorFlow SavedModel's directory (must not exist) for eval.checkpoint's weights (eval.weights); '': WORKDIR/export/step_N (step_N_ema for the moving average)
 
   # --- Runtime ---------------------------------------------------------------
   config.runtime = ml_collections.ConfigDict()

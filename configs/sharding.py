@@ -1,9 +1,10 @@
 """Named sets of sharding rules: logical parameter axis -> mesh axes.
 
-Recipes pick one as `config.sharding_rules`; the mesh sizes (`config.mesh`)
-then decide how many ways each mesh axis splits. With mesh.fsdp=1 and
-mesh.tensor=1 every set below is plain data parallelism, so a recipe can keep
-its rules and change only the mesh.
+Recipes pick one as `config.sharding_rules`, the command line by name
+(`--config.sharding_rules=FSDP`, resolved by cli/config_loader.py); the
+mesh sizes (`config.mesh`) then decide how many ways each mesh axis splits.
+With mesh.fsdp=1 and mesh.tensor=1 every set below is plain data
+parallelism, so a recipe can keep its rules and change only the mesh.
 """
 
 # Everything replicated; the batch split over data (and fsdp, if set).
@@ -26,3 +27,11 @@ FSDP_TENSOR = FSDP + (
     ('heads', 'tensor'),
     ('conv_in', 'tensor'),
 )
+
+# The sets above by name, as --config.sharding_rules=NAME gives them; a run
+# saves the rules themselves, so its config.json does not depend on a name.
+NAMED = {
+    'DATA_PARALLEL': DATA_PARALLEL,
+    'FSDP': FSDP,
+    'FSDP_TENSOR': FSDP_TENSOR,
+}

@@ -30,9 +30,11 @@ ALLREDUCE_ALGORITHMS = validation.ALLREDUCE_ALGORITHMS
 PS_PLACEMENTS = validation.PS_PLACEMENTS
 STRATEGIES = ALLREDUCE_ALGORITHMS + ('ps',)
 # The share of T_C that communication can overlap when a framework sends
-# each layer's gradient as backprop produces it: the backward pass, whose
-# FLOPs are about twice the forward's (a gradient for the layer's input and
-# one for its weights, each a forward's worth), so 2/3 of the step.
+# each layer's gradient as backprop produces it: the backward pass. By FLOPs
+# it is about twice the forward (a gradient for the layer's input and one
+# for its weights, each a forward's worth), so 2/3 of the step: the FLOP
+# split, the default where nothing better is known (plan.backprop_share; a
+# publication's own timing replaces it, benchmarks/published_clusters).
 BACKPROP_SHARE = 2 / 3
 # The resources a step's time goes to, as the plan names them.
 RESOURCES = {
@@ -241,7 +243,7 @@ def step_parts(strategy: str, compute_s: float, model_bytes: float, c: Cluster, 
 
   All-reduce: T_C then the all-reduce; with overlap the all-reduce hides
   behind the last `overlap_share` of T_C (1: all of it, as formulas.py;
-  BACKPROP_SHARE: the backward pass). PS: T_C, push, the servers' update
+  the backward pass's share, BACKPROP_SHARE by FLOPs). PS: T_C, push, the servers' update
   (update_s: all shards together), pull; with overlap the push hides so
   (formulas.ps_step_s). The input pipeline runs beside all of it: the step
   takes max(that, input_s) (host_input_s); 'host_cpu', input_s, is among

@@ -83,6 +83,16 @@ def describe_cluster(plan, num_workers: int) -> cm.Cluster:
                     host_cpu_s_per_image=plan.host_cpu_ms_per_image / 1e3)
 
 
+def backprop_share(plan) -> float:
+  """plan.backprop_share, checked: the share of T_C that overlapped
+  communication hides behind, in (0, 1]."""
+  share = plan.backprop_share
+  if not 0 < share <= 1:
+    raise UsageError(f'plan.backprop_share={share!r} must be in (0, 1]: the share of T_C, '
+                     'at its end, that the backward pass takes')
+  return share
+
+
 def _cluster_compute(plan, exp, local_workers, batches, capacity, model_name) -> tuple:
   """([{per_worker_batch, compute_s (the cluster's T_C), flops, peak_bytes,
   ...}], how T_C was found)."""
@@ -113,6 +123,7 @@ def _cluster_compute(plan, exp, local_workers, batches, capacity, model_name) ->
 
 def _measure_and_plan(config, workdir: str) -> dict:
   plan = config.plan  # values checked by trainer/validation.py
+  share = backprop_share(plan)  # before anything is measured
   batches = parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)
   local_workers = emulation.NetworkSpec.from_config(config.network, jax.device_count()).num_workers
   if local_workers > jax.device_count():
@@ -142,7 +153,8 @@ def _measure_and_plan(config, workdir: str) -> dict:
   update = measure.update_s(exp, min(local_workers, cluster.num_workers), 1, plan.repeats)
 
   # --- Recommend and predict, for the cluster.
-  kw = dict(placement=plan.ps_placement, update_s=update, overlap=plan.overlap)
+  kw = dict(placement=plan.ps_placement, update_s=update, overlap=plan.overlap,
+            overlap_share=share)
   rec = recommend.recommend({p['per_worker_batch']: p['compute_s'] for p in points}, size,
                             cluster, strategies=strategies, **kw)
   batch = rec['per_device_batch']
@@ -183,6 +195,7 @@ def _measure_and_plan(config, workdir: str) -> dict:
                   'intra_host_gbps': plan.intra_host_gbps,
                   'intra_host_latency_ms': plan.intra_host_latency_ms,
                   'ps_placement': plan.ps_placement, 'overlap': plan.overlap,
+                  'backprop_share': share,
                   'host_cores': plan.host_cores,
                   'host_cpu_ms_per_image': plan.host_cpu_ms_per_image,
                   'strategies': strategies,

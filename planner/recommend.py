@@ -20,6 +20,7 @@ _LARGEST_BATCH = 2**24  # batch_to_scale looks no further
 
 def evaluate(strategy: str, compute_s: float, model_bytes: float, cluster: cm.Cluster, *,
              placement: str, update_s: float, overlap: bool,
+             overlap_share: float = cm.BACKPROP_SHARE,
              num_shards: int | None = None, per_device_batch: int = 0) -> dict:
   """One strategy's step on `cluster`: PS takes `num_shards`, or ps_shards'
   choice; the servers' update, update_s with one shard, splits over them.
@@ -28,10 +29,11 @@ def evaluate(strategy: str, compute_s: float, model_bytes: float, cluster: cm.Cl
   shards = 0
   if strategy == 'ps':
     shards = num_shards or ps_shards(compute_s, model_bytes, cluster, placement=placement,
-                                     update_s=update_s, overlap=overlap)
+                                     update_s=update_s, overlap=overlap,
+                                     overlap_share=overlap_share)
   common = dict(num_shards=max(shards, 1), placement=placement,
                 update_s=update_s / max(shards, 1), overlap=overlap,
-                overlap_share=cm.BACKPROP_SHARE)
+                overlap_share=overlap_share)
   device_step = cm.step_s(strategy, compute_s, model_bytes, cluster, **common)
   step, parts = cm.step_parts(strategy, compute_s, model_bytes, cluster, **common,
                               input_s=cm.host_input_s(cluster, per_device_batch))
@@ -46,13 +48,13 @@ def evaluate(strategy: str, compute_s: float, model_bytes: float, cluster: cm.Cl
 
 def ps_shards(compute_s: float, model_bytes: float, cluster: cm.Cluster, *,
               placement: str, update_s: float, overlap: bool,
-              tolerance: float = 0.05) -> int:
+              overlap_share: float = cm.BACKPROP_SHARE, tolerance: float = 0.05) -> int:
   """The fewest shards, up to one per device, whose PS step comes within
   `tolerance` of the shortest: past the links (cluster_model.min_ps_shards)
   more shards still split the servers' update."""
   steps = {n: cm.step_s('ps', compute_s, model_bytes, cluster, num_shards=n,
                         placement=placement, update_s=update_s / n, overlap=overlap,
-                        overlap_share=cm.BACKPROP_SHARE)
+                        overlap_share=overlap_share)
            for n in range(1, cluster.num_workers + 1)}
   shortest = min(steps.values())
   return min(n for n, step in steps.items() if step <= (1 + tolerance) * shortest)
@@ -103,9 +105,10 @@ def batch_to_scale(per_example_s: float, model_bytes: float, cluster: cm.Cluster
 
 def recommend(compute_by_batch: dict, model_bytes: float, cluster: cm.Cluster, *,
               strategies, placement: str, update_s: float, overlap: bool,
-              tolerance: float = 0.05) -> dict:
+              overlap_share: float = cm.BACKPROP_SHARE, tolerance: float = 0.05) -> dict:
   """The batch, strategy, shards and scaling of the plan (see the module)."""
-  kw = dict(placement=placement, update_s=update_s, overlap=overlap)
+  kw = dict(placement=placement, update_s=update_s, overlap=overlap,
+            overlap_share=overlap_share)
   n = cluster.num_workers
   by_batch = {}
   for b, compute in sorted(compute_by_batch.items()):

@@ -5,8 +5,9 @@
 
 Every key's default and meaning come from the schema itself
 (configs/reference.py reads default.py's comments), so the reference is
-regenerated, never edited by hand; tests/test_config_reference.py fails when
-the committed file differs from what this script writes.
+regenerated, never edited by hand;
+tests/test_config_interface.py::test_committed_config_reference_is_up_to_date
+fails when the committed file differs from what this script writes.
 """
 
 import argparse

@@ -342,52 +342,6 @@ def test_plot_labels_are_plain_numbers():
   assert [plan._plain(v) for v in (2.0, 0.5, 64.0, 60000.0)] == ['2', '0.5', '64', '60,000']
 
 
-# --- The published clusters' committed predictions. --------------------------
-
-def _published():
-  import json, os, sys  # pylint: disable=g-import-not-at-top,multiple-imports
-  benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            'benchmarks')
-  sys.path.insert(0, benchmarks)
-  import published_clusters  # pylint: disable=g-import-not-at-top
-  with open(published_clusters.INPUTS) as f:
-    inputs = json.load(f)
-  with open(os.path.join(benchmarks, 'published_clusters', 'results.jsonl')) as f:
-    committed = [json.loads(line) for line in f if line.strip()]
-  return published_clusters, inputs, committed
-
-
-def test_every_published_input_names_its_source_and_how_sure_it_is():
-  _, inputs, _ = _published()
-  entries = list(inputs['shared'].values())
-  for case in inputs['cases']:
-    entries += [v for v in case.values() if isinstance(v, dict)]
-    for model in case['models']:
-      entries += [v for v in model.values() if isinstance(v, dict)]
-  for entry in entries:
-    assert entry['status'] in ('published', 'derived', 'estimated'), entry
-    assert entry['source'], entry
-    if entry['status'] == 'estimated':
-      assert entry['how'], entry
-
-
-def test_the_committed_published_cluster_predictions_are_what_the_formulas_give():
-  script, inputs, committed = _published()
-  fresh = [script.predict(case, model, inputs['shared'], inputs['explanations'])
-           for case in inputs['cases'] for model in case['models']]
-  assert len(committed) == len(fresh)
-  for old, new in zip(committed, fresh):
-    assert (old['case'], old['model']) == (new['case'], new['model'])
-    assert old['predicted_efficiency'] == pytest.approx(new['predicted_efficiency'])
-    assert old['why'] == new['why']
-    # Every miss beyond 10 points says why.
-    assert (abs(new['difference_points']) <= script.MISS_POINTS) == (new['why'] is None)
-  by_case = {(r['case'], r['model']): r['predicted_efficiency'] for r in fresh}
-  # The communication-heavy model comes out clearly below the other two.
-  assert by_case[('horovod_512', 'VGG-16')] < min(
-      by_case[('horovod_512', 'Inception V3')], by_case[('horovod_512', 'ResNet-101')]) - 0.1
-
-
 def test_the_fewest_bytes_a_host_nic_carries_for_ps():
   # One shard a host: dedicated, a host's 2 workers' 100 MB each; colocated,
   # what they send to the other 3 hosts' shards (and as much arriving).

@@ -12,6 +12,7 @@ from cli import config_loader
 from configs import default
 from configs import reference
 from configs import schema
+from configs import sharding
 from core.errors import UsageError
 from tests.helpers import REPO, run_main
 
@@ -63,6 +64,28 @@ def test_old_key_names_on_the_command_line_load_as_the_new_ones():
 def test_a_bad_value_under_an_old_name_is_a_usage_error():
   with pytest.raises(UsageError, match='eval.checkpoint_step'):
     schema.conform_to_schema({'eval.checkpoint_step': 'soon'}, source='config.json')
+
+
+def test_a_sharding_set_named_on_the_command_line_is_that_set_and_saved_as_its_rules(
+    tmp_path):
+  for name in ('FSDP', 'fsdp', 'DATA_PARALLEL'):
+    config = default.get_config()
+    config_loader.apply_overrides(config, [('sharding_rules', name)])
+    assert config.sharding_rules == sharding.NAMED[name.upper()]
+  schema.save(config, str(tmp_path))  # config.json holds the rules, not the name
+  assert schema.load_saved(str(tmp_path)).sharding_rules == sharding.DATA_PARALLEL
+  rerun = config_loader.build_config(None, [('sharding_rules', 'DATA_PARALLEL')],
+                                     str(tmp_path), 'unused.py')
+  assert rerun.sharding_rules == sharding.DATA_PARALLEL
+  literal = default.get_config()  # the rules themselves still parse
+  config_loader.apply_overrides(literal, [('sharding_rules', "(('batch', 'data'),)")])
+  assert literal.sharding_rules == (('batch', 'data'),)
+
+
+def test_an_unknown_sharding_set_name_is_a_usage_error_listing_the_names():
+  with pytest.raises(UsageError, match="sharding_rules='ZERO3'") as error:
+    config_loader.apply_overrides(default.get_config(), [('sharding_rules', 'ZERO3')])
+  assert all(name in str(error.value) for name in sharding.NAMED)
 
 
 def test_print_config_shows_every_key_resolved_with_its_meaning():

@@ -333,6 +333,25 @@ def test_debug_keys_in_an_earlier_versions_config_json_are_ignored(tmp_path):
   assert loaded.debug.pause_at_step == -1 and loaded.debug.nan_at_step == -1
 
 
+# --- What may change in a work dir ---------------------------------------------
+
+
+def test_a_rerun_may_switch_engine_and_set_the_engines_own_sections(tmp_path):
+  saved = default.get_config()
+  saved.network.num_workers, saved.network.bandwidth_gbps = 4, 8.0  # an SPMD run's links
+  schema.save(saved, str(tmp_path))
+  switched = config_loader.build_config(
+      None, [('engine', 'allreduce'), ('network.num_workers', '2'),
+             ('network.bandwidth_gbps', '1'), ('network.devices_per_host', '2'),
+             ('allreduce.algorithm', 'hierarchical'), ('ps.num_shards', '2'),
+             ('sharding_rules', 'DATA_PARALLEL')], str(tmp_path), 'unused.py')
+  assert (switched.engine, switched.network.num_workers, switched.network.bandwidth_gbps,
+          switched.allreduce.algorithm) == ('allreduce', 2, 1.0, 'hierarchical')
+  # What the checkpoints mean must still match.
+  with pytest.raises(UsageError, match="model.name: saved 'resnet18', requested 'resnet34'"):
+    config_loader.build_config(None, [('model.name', 'resnet34')], str(tmp_path), 'unused.py')
+
+
 # --- --mode=eval only reads ---------------------------------------------------
 
 

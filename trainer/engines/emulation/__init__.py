@@ -32,3 +32,26 @@ def link_chunk_bytes(bandwidth_gbps: float) -> int:
   """What a paced link copies before it books the bytes (timers.py)."""
   from trainer.engines.emulation import timers  # pylint: disable=g-import-not-at-top
   return timers.link_chunk_bytes(bandwidth_gbps)
+
+
+def layout(exp):
+  """The wire layout of the model's variables (wire.Layout)."""
+  from trainer.engines.emulation import timers  # pylint: disable=g-import-not-at-top
+  return timers.layout(exp)
+
+
+def worker_mesh(devices):
+  """A one-axis mesh over worker devices (workers.AXIS)."""
+  from trainer.engines.emulation import workers  # pylint: disable=g-import-not-at-top
+  return workers.worker_mesh(devices)
+
+
+def worker_axis() -> str:
+  from trainer.engines.emulation import workers  # pylint: disable=g-import-not-at-top
+  return workers.AXIS
+
+
+def compile_sync_program(exp, mesh, layout_, batch_size: int):
+  """The workers' gradient program over `mesh` at a global batch (workers.py)."""
+  from trainer.engines.emulation import workers  # pylint: disable=g-import-not-at-top
+  return workers.compile_sync_program(exp, mesh, layout_, batch_size=batch_size)
