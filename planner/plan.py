@@ -38,6 +38,7 @@ from trainer import validation
 from trainer import workdir_lock
 from trainer.engines import emulation
 from planner import cluster_model as cm
+from planner import from_probe
 from planner import measure
 from planner import recommend
 from trainer.validation import parse_list
@@ -65,7 +66,61 @@ def run_plan(config, workdir: str) -> dict:
   """Measures here, then writes plan.json and its plots; returns the plan."""
   with workdir_lock.hold(workdir, 'plan', process_index=jax.process_index(),
                          process_count=jax.process_count()):
+    if config.plan.probe:
+      return _plan_from_probe(config, workdir)
     return _measure_and_plan(config, workdir)
+
+
+def _plan_from_probe(config, workdir: str) -> dict:
+  """SPMD data parallelism on the probed cluster and on more hosts of the
+  same kind, from probe.json alone (planner/from_probe.py): plan.json and
+  the answers, no plot."""
+  probe = from_probe.load(config.plan.probe)
+  from_probe.check_same_model(probe, config)
+  probed = probe['provenance']['device_count']
+  per_host = probe['hosts']['devices_per_host'][0]
+  target = config.plan.num_workers or probed
+  if target % per_host:
+    raise UsageError(f'plan.num_workers={target}: the probed hosts hold {per_host} devices '
+                     'each; plan a multiple of that')
+  counts = sorted({probed, target} | {h * per_host for h in _powers_of_two_to(2 * target // per_host)})
+  rows = from_probe.predict(probe, counts)
+  at_target = [r for r in rows if r['num_devices'] == target]
+  best = max(at_target, key=lambda r: r['images_per_sec'])
+  scaling = [r for r in rows if r['per_device_batch'] == best['per_device_batch']]
+  scale = [r['num_devices'] for r in scaling if r['efficiency'] >= 0.8]
+  answers = [
+      f'per-device batch: {best["per_device_batch"]} ({best["images_per_sec"]:,.0f} images/s '
+      f'predicted on {target} devices, step {best["step_s"] * 1e3:.4g} ms, '
+      f'{100 * best["efficiency"]:.0f}% efficiency)',
+      (f'scales above 80% up to {max(scale) // per_host} host(s) of {per_host}'
+       if scale else f'below 80% efficiency already at {min(counts)} devices'),
+      f'from the probe of {probed} device(s) on {len(probe["hosts"]["devices_per_host"])} '
+      f'host(s), {probe["provenance"]["date"]}; nothing measured here',
+  ]
+  result = {
+      'model': config.model.name, 'image_size': config.data.image_size,
+      'source': 'probe', 'probe': os.path.abspath(config.plan.probe),
+      'probe_provenance': probe['provenance'],
+      'inputs_from': from_probe.sources(probe),
+      'cluster': {'num_workers': target, 'devices_per_host': per_host,
+                  'num_hosts': target // per_host, 'strategy': 'spmd data parallelism'},
+      'recommended': {'per_device_batch': best['per_device_batch'],
+                      'max_devices_that_scale': max(scale) if scale else None},
+      'answers': answers,
+      'predicted': rows,
+  }
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, PLAN_FILE), 'w') as f:
+    json.dump(result, f, indent=1)
+  lines = [f'{config.model.name} at {config.data.image_size} px, planned from '
+           f'{config.plan.probe}:', *answers, '',
+           f'{"batch":>6} {"devices":>8} {"step ms":>9} {"images/s":>10} {"eff.":>6}']
+  lines += [f'{r["per_device_batch"]:>6} {r["num_devices"]:>8} {r["step_s"] * 1e3:>9.4g} '
+            f'{r["images_per_sec"]:>10.4g} {100 * r["efficiency"]:>5.1f}%' for r in rows]
+  print('\n'.join(lines), flush=True)
+  logging.info('Wrote %s', os.path.join(workdir, PLAN_FILE))
+  return result
 
 
 def describe_cluster(plan, num_workers: int) -> cm.Cluster:

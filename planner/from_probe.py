@@ -1,0 +1,151 @@
+"""Planning from a probe (plan.probe): SPMD data parallelism on the cluster
+the probe ran on, and on more hosts of the same kind, predicted from what
+it measured there (probe.json, written by --mode=probe; its schema is
+probe/run.py's docstring).
+
+A step over n devices at per-device batch b takes
+
+  T(b, n) = T_C(b) + T_update + T_fixed + k * alpha(n) + bytes * (2(n-1)/n) / busbw
+
+- T_C(b): the model's gradient program at b, every device at once
+  (compute.points);
+- T_update: the optimiser's update (update.update_s);
+- T_fixed: a step's fixed cost (step_fixed_cost.fixed_cost_s, a tiny
+  model's data-parallel step less its step on one device) less the one small
+  all-reduce's latency it holds, which k * alpha(n) counts;
+- k, bytes: the collectives of the model's compiled SPMD step and their
+  bytes (step_program): the gradients' all-reduce, and batch norm's small
+  ones in sequence;
+- alpha(n), busbw: the fit of an all-reduce over all the probe's p devices
+  (collectives.all_devices; one host's: intra_host), alpha(p) * (n-1)/(p-1)
+  for n devices (a ring's steps), and the bus bandwidth, which a ring's
+  2(n-1)/n share of the bytes moves at.
+At n = p, k * alpha(p) + bytes / algbw: each collective as the probe timed
+it. Nothing here reads a training run's times.
+"""
+
+import dataclasses
+import json
+import os
+
+from core import units
+from core.errors import UsageError
+
+PROBE_FILE = 'probe.json'
+SCHEMA_VERSION = 1
+
+
+def load(directory: str) -> dict:
+  """The probe.json in `directory`; UsageError (one line) when it is
+  missing, unreadable or of another schema."""
+  path = os.path.join(directory, PROBE_FILE)
+  try:
+    with open(path) as f:
+      probe = json.load(f)
+  except FileNotFoundError:
+    raise UsageError(f'plan.probe={directory!r}: no {PROBE_FILE} there; run '
+                     '--mode=probe with that work dir first') from None
+  except (OSError, ValueError) as e:
+    raise UsageError(f'plan.probe={directory!r}: {PROBE_FILE} cannot be read ({e})') from None
+  if not isinstance(probe, dict) or probe.get('schema_version') != SCHEMA_VERSION:
+    raise UsageError(f'plan.probe={directory!r}: {PROBE_FILE} is not a probe of schema '
+                     f'{SCHEMA_VERSION}; run --mode=probe again')
+  if not probe.get('compute', {}).get('points') or not probe.get('step_program'):
+    raise UsageError(f'plan.probe={directory!r}: the probe timed no batch of the model '
+                     '(none fit the device memory)')
+  return probe
+
+
+def check_same_model(probe: dict, config) -> None:
+  """The probe timed the configured model at the configured size."""
+  model = probe['model']
+  mine = {'name': config.model.name, 'width': config.model.width,
+          'image_size': config.data.image_size}
+  theirs = {k: model[k] for k in mine}
+  if theirs != mine:
+    raise UsageError(f'plan.probe: the probe timed {theirs}, but the config names {mine}; '
+                     'plan the probed model or probe this one')
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+  """An all-reduce over the probe's p devices: latency and bus bandwidth."""
+  participants: int
+  latency_s: float
+  busbw_bytes_per_s: float
+  level: str  # which of the probe's levels it comes from
+
+  def latency_at(self, n: int) -> float:
+    """One all-reduce's latency over n devices: a ring's 2(n-1) steps."""
+    if n <= 1:
+      return 0.0
+    return self.latency_s * (n - 1) / max(self.participants - 1, 1)
+
+  def bandwidth_s(self, nbytes: float, n: int) -> float:
+    """The bytes' time: each device moves 2(n-1)/n of them."""
+    if n <= 1:
+      return 0.0
+    return nbytes * 2 * (n - 1) / n / self.busbw_bytes_per_s
+
+
+def network(probe: dict) -> Network:
+  """The all-reduce fit over the most devices the probe measured."""
+  for level in ('all_devices', 'intra_host'):
+    entry = probe['collectives'].get(level, {})
+    if entry.get('measured') and entry['all_reduce']['busbw_gbps']:
+      fit = entry['all_reduce']
+      return Network(entry['participants'], fit['latency_s'],
+                     units.gbps_to_bytes_per_s(fit['busbw_gbps']), level)
+  raise UsageError('plan.probe: the probe measured no all-reduce across devices (one '
+                   'device in all); probe a job of at least two devices')
+
+
+def step_parts(probe: dict, per_device_batch: int, num_devices: int | None = None) -> dict:
+  """{part: seconds} of a step at `per_device_batch` over `num_devices`
+  (default: the probe's own), and their sum, 'step_s'."""
+  points = {q['per_device_batch']: q['compute_s'] for q in probe['compute']['points']}
+  if per_device_batch not in points:
+    raise UsageError(f'plan.probe: the probe timed per-device batches {sorted(points)}, '
+                     f'not {per_device_batch}')
+  net = network(probe)
+  n = num_devices or probe['provenance']['device_count']
+  program = probe['step_program']
+  fixed = max(probe['step_fixed_cost']['fixed_cost_s'] - net.latency_at(net.participants), 0.0)
+  parts = {
+      'compute_s': points[per_device_batch],
+      'update_s': probe['update']['update_s'],
+      'fixed_s': fixed if n > 1 else 0.0,
+      'latency_s': program['count'] * net.latency_at(n),
+      'bandwidth_s': net.bandwidth_s(program['bytes'], n),
+  }
+  parts['step_s'] = sum(parts.values())
+  return parts
+
+
+def predict(probe: dict, num_devices_list) -> list[dict]:
+  """For every batch the probe timed and every device count: the step's
+  parts, images/s and efficiency (T_C + T_update over the step)."""
+  rows = []
+  for q in probe['compute']['points']:
+    b = q['per_device_batch']
+    for n in num_devices_list:
+      parts = step_parts(probe, b, n)
+      alone = parts['compute_s'] + parts['update_s']
+      rows.append({'per_device_batch': b, 'num_devices': n, **parts,
+                   'images_per_sec': n * b / parts['step_s'],
+                   'efficiency': alone / parts['step_s']})
+  return rows
+
+
+def sources(probe: dict) -> dict:
+  """Which input came from where, for the plan's record and its words."""
+  net = network(probe)
+  return {
+      'compute_s': 'probe (compute.points)',
+      'update_s': 'probe (update.update_s)',
+      'fixed_s': 'probe (step_fixed_cost.fixed_cost_s)',
+      'collectives': 'probe (step_program: the compiled step read, not run)',
+      'latency_and_bandwidth': f'probe (collectives.{net.level}.all_reduce fit)',
+      'more_devices': 'extrapolated: a ring over n devices (latency x (n-1)/(p-1), '
+                      'bytes x 2(n-1)/n at the bus bandwidth)',
+  }
