@@ -3,12 +3,15 @@ toy engine added with one REGISTRY line trains, and validation reaches every
 engine's checks and every choice key."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from configs import default
 from core.errors import UsageError
 from tests import toy_engine
+from tests.helpers import REPO
 from trainer import checkpointing
 from trainer import engines
 from trainer import train
@@ -71,3 +74,17 @@ def test_an_engines_own_checks_run_only_when_it_is_configured():
   config.engine = 'allreduce'
   with pytest.raises(UsageError, match='engine=allreduce emulates data parallelism only'):
     validation.check_config(config)
+
+
+def test_validation_and_the_engines_packages_touch_no_device():
+  """jax.distributed.initialize must come before anything starts a backend;
+  validation runs before it and imports every engine's package."""
+  code = ('import jax._src.xla_bridge as xb\n'
+          'from configs import default\n'
+          'from trainer import engines, validation\n'
+          'validation.check_config(default.get_config())\n'
+          'for name in engines.names(): engines.package(name)\n'
+          'assert not xb._backends, "a backend started"\n')
+  result = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
+                          text=True, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]

@@ -6,7 +6,7 @@ and knows nothing else about it. The model, the loss and gradient code
 shared; the engines differ only in where the parameters live and how the
 workers' gradients are combined:
 
-  spmd.py  one jit-compiled program over the device mesh; XLA inserts the
+  spmd/    one jit-compiled program over the device mesh; XLA inserts the
            collectives (all-reduce for data parallelism, all-gather and
            reduce-scatter for FSDP, ...).
   ps/      a parameter-server emulation: worker devices push gradients to

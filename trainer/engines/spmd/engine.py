@@ -1,9 +1,4 @@
-"""The SPMD engine: one jit-compiled train step over the whole device mesh.
-
-Its part of the engine contract (trainer/engines/__init__.py): it reads no
-config section of its own, runs over the real devices and network, and its
-mesh and batch checks are the trainer's own (trainer/validation.py).
-"""
+"""The SPMD engine: one jit-compiled train step over the whole device mesh."""
 
 import functools
 import time
@@ -17,24 +12,6 @@ from trainer import specs
 from trainer import state as state_lib
 from trainer import step_functions
 
-CONFIG_SECTIONS = ()
-EMULATED = False
-
-
-def check_section(config) -> None:
-  del config  # no section of its own
-
-
-def check_config(config) -> None:
-  del config  # the mesh and sharding checks apply to every engine
-
-
-def check_against_devices(config, num_devices: int, num_processes: int) -> None:
-  del config, num_devices, num_processes  # the trainer's own checks suffice
-
-
-def create(exp) -> 'SpmdEngine':
-  return SpmdEngine(exp)
 
 
 def jit_train_step(exp):

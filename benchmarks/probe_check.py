@@ -1,0 +1,114 @@
+"""The planner fed a probe, against ordinary SPMD training on the same processes.
+
+For each process count (each process one CPU device, joined over gloo on
+127.0.0.1 by launch.py) and each model: `--mode=probe` on those processes;
+then `--mode=plan --config.plan.probe=...`, which predicts the step of SPMD
+data parallelism from probe.json alone (planner/from_probe.py); then real
+training (`main.py`, engine=spmd, synthetic data) at each per-device batch,
+whose median logged step time (after the first interval) is the measured
+figure. One JSON line per cell with its provenance (benchmarks/provenance.py);
+--out also appends them to a file; a Markdown table on standard error.
+
+  .venv/bin/python benchmarks/probe_check.py --out=benchmarks/probe_check/results.jsonl
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import provenance  # benchmarks/provenance.py, beside this script
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from trainer import metrics_log  # pylint: disable=wrong-import-position
+
+MODELS = {  # name -> flags of the model (quickstart.py's 32 px synthetic data)
+    'resnet18_w16': ['--config.model.name=resnet18', '--config.model.width=16'],
+    'vit_ti16': ['--config.model.name=vit_ti16', '--config.model.width=0',
+                 '--config.data.image_size=32'],
+}
+COMMON = ['--config=configs/quickstart.py', '--config.data.source=synthetic',
+          '--config.data.num_synthetic_examples=4096']
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess:
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  env.pop('XLA_FLAGS', None)
+  result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+  if result.returncode != 0:
+    raise RuntimeError(f'{" ".join(command)} failed: {result.stderr[-3000:]}')
+  return result
+
+
+def _launch(processes: int, args: list[str]) -> subprocess.CompletedProcess:
+  return _run([sys.executable, 'launch.py', f'--processes={processes}', '--devices=1',
+               '--', *args])
+
+
+def measure(processes: int, model: str, batches: list[int], steps: int, root: str) -> list[dict]:
+  flags = [*COMMON, *MODELS[model]]
+  probe_dir = os.path.join(root, f'probe_{processes}_{model}')
+  _launch(processes, [*flags, f'--workdir={probe_dir}', '--mode=probe',
+                      f'--config.plan.per_worker_batch_sizes={",".join(map(str, batches))}'])
+  plan_dir = os.path.join(root, f'plan_{processes}_{model}')
+  _run([sys.executable, 'main.py', *flags, f'--workdir={plan_dir}', '--mode=plan',
+        f'--config.plan.probe={probe_dir}'])
+  with open(os.path.join(plan_dir, 'plan.json')) as f:
+    plan = json.load(f)
+  with open(os.path.join(probe_dir, 'probe.json')) as f:
+    probe = json.load(f)
+  rows = []
+  for b in batches:
+    predicted = next(r for r in plan['predicted']
+                     if r['num_devices'] == processes and r['per_device_batch'] == b)
+    workdir = os.path.join(root, f'train_{processes}_{model}_{b}')
+    _launch(processes, [*flags, f'--workdir={workdir}', f'--config.batch_size={processes * b}',
+                        f'--config.num_train_steps={steps}', '--config.log_every_steps=5',
+                        '--config.eval_every_steps=100000',
+                        '--config.checkpoint.every_steps=100000'])
+    train = [r for r in metrics_log.read(workdir) if r['split'] == 'train'][1:]
+    measured = statistics.median(r['step_time_s'] for r in train)
+    rows.append({
+        'processes': processes, 'devices_per_process': 1, 'model': model,
+        'per_device_batch': b, 'measured_step_s': measured,
+        'measured_step_s_intervals': [r['step_time_s'] for r in train],
+        'predicted_step_s': predicted['step_s'],
+        'error': predicted['step_s'] / measured - 1,
+        'predicted_parts_s': {k: predicted[k] for k in
+                              ('compute_s', 'update_s', 'fixed_s', 'latency_s', 'bandwidth_s')},
+        'probe_collectives': probe['step_program']['count'],
+        'probe_elapsed_s': probe['elapsed_s']})
+  return rows
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument('--processes', default='2,4')
+  parser.add_argument('--models', default=','.join(MODELS))
+  parser.add_argument('--batches', default='8,32', help='per-device batches')
+  parser.add_argument('--steps', type=int, default=30)
+  provenance.add_out_argument(parser)
+  args = parser.parse_args()
+  results = provenance.Results(args.out)
+  batches = [int(b) for b in args.batches.split(',')]
+  root = tempfile.mkdtemp(prefix='probe_check_')
+  rows = []
+  for processes in (int(p) for p in args.processes.split(',')):
+    for model in args.models.split(','):
+      for row in measure(processes, model, batches, args.steps, root):
+        rows.append(results.write(row))
+  print('\n| processes | model | batch/device | predicted (ms) | measured (ms) | error |\n'
+        '|---|---|---|---|---|---|', file=sys.stderr)
+  for r in rows:
+    print(f"| {r['processes']} | {r['model']} | {r['per_device_batch']} | "
+          f"{1e3 * r['predicted_step_s']:.1f} | {1e3 * r['measured_step_s']:.1f} | "
+          f"{100 * r['error']:+.1f}% |", file=sys.stderr)
+
+
+if __name__ == '__main__':
+  main()
