@@ -5,6 +5,8 @@ devices are refused before anything is written."""
 
 import concurrent.futures
 import itertools
+import logging
+import re
 import threading
 
 import jax
@@ -138,7 +140,7 @@ def test_a_failing_all_reduce_worker_ends_the_step_with_its_cause_and_leaves_no_
   assert _new_threads(before) == []
 
 
-def test_close_names_a_thread_it_cannot_stop_and_fails(monkeypatch, initial_state):
+def test_close_names_a_thread_it_cannot_stop_and_fails(monkeypatch, initial_state, caplog):
   before = set(threading.enumerate())
   engine = _started_engine(_ps_config('async'), initial_state)
   entered, release = threading.Event(), threading.Event()
@@ -154,12 +156,16 @@ def test_close_names_a_thread_it_cannot_stop_and_fails(monkeypatch, initial_stat
   engine.step(next(_batches(engine)))
   assert entered.wait(_HANG_S)
   try:
-    with pytest.raises(RunFailure, match=r'could not stop \d+ thread\(s\).*link'):
+    with caplog.at_level(logging.ERROR), pytest.raises(
+        RunFailure, match=r'could not stop \d+ thread\(s\).*link') as failed:
       engine.close()
   finally:
     release.set()
   threads.join(engine.cluster.thread_prefix, _HANG_S)  # they end once released
   assert _new_threads(before) == []
+  # Where it is stuck: its innermost frame in the message, its stack in the log.
+  assert re.search(r'within 0\.5 s: \S+ in \w+ \(\S+:\d+\)', str(failed.value))
+  assert 'did not stop; its stack' in caplog.text and 'stuck_transfer' in caplog.text
 
 
 def test_asynchronous_workers_that_do_not_fit_device_memory_are_refused():

@@ -13,7 +13,8 @@ Two phases, one owner of the signals at a time:
     _UNWIND_S if the main thread is still held in native code;
   - the training loop (`StopRequest`, created just before it): the signal
     asks the loop to finish the current step (or the current eval batch),
-    save and exit 75.
+    save and exit 75; a second Ctrl-C aborts at once (exit 130), saving
+    nothing more.
 --mode=eval keeps the start-up phase to its end: it writes nothing, so a
 stop there loses only the pass, and leaves at once (`during_evaluation`
 changes the line it ends with).
@@ -23,6 +24,7 @@ loop ends, restores the handlers that were there before either.
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -31,6 +33,7 @@ from absl import logging
 from core.errors import EXIT_PREEMPTED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+EXIT_ABORTED = 130  # 128 + SIGINT: what a shell reports for a Ctrl-C
 # How long the main thread has to unwind from StoppedBeforeStart on its own
 # (milliseconds when it runs Python) before the watcher ends the process.
 _UNWIND_S = 2.0
@@ -131,8 +134,9 @@ class StopRequest:
   eval batches.
 
   The first signal asks the loop to finish the current step, save and exit
-  (code 75, so that rerunning the command resumes). A second Ctrl-C aborts at
-  once, for when the save itself is what the user wants to escape.
+  (code 75, so that rerunning the command resumes). A second Ctrl-C raises
+  KeyboardInterrupt, which the training ends with `abort_now`: at once, for
+  when the save itself is what the user wants to escape.
   """
 
   def __init__(self):
@@ -159,3 +163,20 @@ class StopRequest:
   def restore_handlers(self) -> None:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
+
+
+def abort_now(line: str) -> None:
+  """Ends the process with EXIT_ABORTED, `line` the last line of standard
+  error. Not through the interpreter's exit: that waits for every non-daemon
+  thread, orbax's save threads among them, and a save that does not end is
+  what a second Ctrl-C escapes. A save cut short is never a checkpoint."""
+  try:  # stderr may be gone (a launcher that died): leave all the same
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # orbax's threads log the save they lose: pointed at /dev/null, so that
+    # `line` stays the last line.
+    ours = os.dup(2)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    os.write(ours, (line + '\n').encode())
+  finally:
+    os._exit(EXIT_ABORTED)  # pylint: disable=protected-access

@@ -65,10 +65,21 @@ def _prepare_workdir(exp: experiment.Experiment, workdir: str) -> None:
 
 def train_and_evaluate(config, workdir: str) -> TrainOutcome:
   """Trains to config's length, resuming from the work dir's latest checkpoint."""
-  # Before anything reads or writes the work dir: one run owns it.
-  with workdir_lock.hold(workdir, 'train', process_index=jax.process_index(),
-                         process_count=jax.process_count()):
-    return _train_and_evaluate(config, workdir)
+  try:
+    # Before anything reads or writes the work dir: one run owns it.
+    with workdir_lock.hold(workdir, 'train', process_index=jax.process_index(),
+                           process_count=jax.process_count()):
+      return _train_and_evaluate(config, workdir)
+  except KeyboardInterrupt:
+    # A second Ctrl-C (preemption.StopRequest), the lock released on the way
+    # here. Leaving through the interpreter would wait for the save in
+    # progress, which may be the very thing the user escapes.
+    kept = checkpointing.latest_step(workdir)
+    process = f'process {jax.process_index()}: ' if jax.process_count() > 1 else ''
+    preemption.abort_now(
+        f'{process}aborted by Ctrl-C without saving; the last complete checkpoint '
+        f'({"step " + str(kept) if kept is not None else "none"}) is intact: rerun '
+        'the same command to resume')
 
 
 def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
