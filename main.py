@@ -37,7 +37,9 @@ from cli import flags_parser
 from cli import logs
 from cli import modes
 from configs import schema
-from core.errors import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, RunFailure, UsageError
+from core import exit as exit_lib
+from core.errors import EXIT_ABORTED, EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE
+from core.errors import RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
 from trainer import eval_data
 from trainer import preemption
@@ -143,13 +145,13 @@ def main(argv):
     logs.configure()
     code = run(argv)
   except preemption.StoppedBeforeStart as e:
-    _exit_with_last_line(f'{_this_process()}{e}', EXIT_PREEMPTED)
+    exit_lib.exit_with_last_line(f'{_this_process()}{e}', EXIT_PREEMPTED)
   except (UsageError, DataError) as e:
     if not _multi_process():
       _fail_usage(e)
-    _exit_with_last_line(f'error: {_this_process()}{e}', EXIT_USAGE)
+    exit_lib.exit_with_last_line(f'error: {_this_process()}{e}', EXIT_USAGE)
   except RunFailure as e:
-    _exit_with_last_line(f'error: {_this_process()}{e}', EXIT_FAILURE)
+    exit_lib.exit_with_last_line(f'error: {_this_process()}{e}', EXIT_FAILURE)
   except BaseException as e:  # pylint: disable=broad-except
     if not _multi_process() or isinstance(e, SystemExit):
       raise
@@ -157,8 +159,8 @@ def main(argv):
     # barrier for the other processes, which wait for this one: say why and
     # go, so that they (or the launcher) see it gone at once.
     logging.exception('Process %s failed', _this_process())
-    _exit_with_last_line(f'error: {_this_process()}{type(e).__name__}: {e}',
-                         130 if isinstance(e, KeyboardInterrupt) else EXIT_FAILURE)
+    exit_lib.exit_with_last_line(f'error: {_this_process()}{type(e).__name__}: {e}',
+                                 EXIT_ABORTED if isinstance(e, KeyboardInterrupt) else EXIT_FAILURE)
   sys.exit(code)
 
 
@@ -170,24 +172,6 @@ def _multi_process() -> bool:
 def _this_process() -> str:
   """'process 1: ' in a multi-process run, else ''."""
   return f'process {sys.modules["jax"].process_index()}: ' if _multi_process() else ''
-
-
-def _exit_with_last_line(line: str, code: int) -> None:
-  """Writes `line` as the last line of stderr and leaves at once.
-
-  orbax's background threads print tracebacks of the same failure, during
-  interpreter teardown and even while this thread is printing. So stderr is
-  pointed at /dev/null for every other writer before `line` goes out on a
-  copy of it, and the process leaves without teardown.
-  """
-  try:  # stdout and stderr may be gone (a launcher that died): leave all the same
-    sys.stdout.flush()
-    sys.stderr.flush()
-    ours = os.dup(2)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    os.write(ours, (line + '\n').encode())
-  finally:
-    os._exit(code)  # pylint: disable=protected-access
 
 
 if __name__ == '__main__':

@@ -32,3 +32,4 @@ class RunFailure(OneLineError):
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped after a clean save; rerun resumes.
+EXIT_ABORTED = 130  # 128 + SIGINT: a second Ctrl-C, nothing saved; rerun resumes.

@@ -12,7 +12,7 @@ import pytest
 
 from cli import config_loader
 from configs import default
-from configs.errors import UsageError
+from core.errors import UsageError
 from input_pipeline import DataError, PairedDataset
 from input_pipeline.synthetic import SyntheticDataset
 from tests.helpers import REPO

@@ -24,16 +24,15 @@ loop ends, restores the handlers that were there before either.
 
 import os
 import signal
-import sys
 import threading
 import time
 
 from absl import logging
 
-from core.errors import EXIT_PREEMPTED
+from core import exit as exit_lib
+from core.errors import EXIT_ABORTED, EXIT_PREEMPTED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-EXIT_ABORTED = 130  # 128 + SIGINT: what a shell reports for a Ctrl-C
 # How long the main thread has to unwind from StoppedBeforeStart on its own
 # (milliseconds when it runs Python) before the watcher ends the process.
 _UNWIND_S = 2.0
@@ -167,16 +166,5 @@ class StopRequest:
 
 def abort_now(line: str) -> None:
   """Ends the process with EXIT_ABORTED, `line` the last line of standard
-  error. Not through the interpreter's exit: that waits for every non-daemon
-  thread, orbax's save threads among them, and a save that does not end is
-  what a second Ctrl-C escapes. A save cut short is never a checkpoint."""
-  try:  # stderr may be gone (a launcher that died): leave all the same
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # orbax's threads log the save they lose: pointed at /dev/null, so that
-    # `line` stays the last line.
-    ours = os.dup(2)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    os.write(ours, (line + '\n').encode())
-  finally:
-    os._exit(EXIT_ABORTED)  # pylint: disable=protected-access
+  error, at once (core/exit.py): a save cut short is never a checkpoint."""
+  exit_lib.exit_with_last_line(line, EXIT_ABORTED)
