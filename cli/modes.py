@@ -113,8 +113,10 @@ def _check_probe_keys(config) -> None:
 
 
 def _check_plan_devices(config) -> None:
-  from planner import plan  # pylint: disable=g-import-not-at-top
-  plan.check_devices_named(config.plan)
+  # Not through planner/: its modules start a JAX backend when imported,
+  # which must wait for the runtime's start.
+  from trainer import validation  # pylint: disable=g-import-not-at-top
+  validation.check_plan_devices_named(config.plan)
 
 
 MODES = {

@@ -50,18 +50,6 @@ def _powers_of_two_to(limit: int) -> list[int]:
   return [2**i for i in range(int(math.log2(max(limit, 1))) + 1)]
 
 
-def check_devices_named(plan) -> None:
-  """--mode=plan plans a cluster of named devices: their peak, a stated
-  compute time or a probe of them; the devices at hand only when asked
-  (plan.target=here). UsageError otherwise, before anything starts."""
-  if plan.target == 'cluster' and not (plan.device_tflops or plan.compute_s or plan.probe):
-    raise UsageError(
-        "--mode=plan needs the cluster's devices: set plan.device_tflops (their "
-        'peak TFLOP/s), plan.compute_s (a step time measured on one) or '
-        'plan.probe (a work dir of --mode=probe on them); or plan.target=here '
-        'to plan a cluster of the devices at hand')
-
-
 def run_plan(config, workdir: str) -> dict:
   """Measures here, then writes plan.json and its plots; returns the plan."""
   with workdir_lock.hold(workdir, 'plan', process_index=jax.process_index(),

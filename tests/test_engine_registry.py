@@ -78,12 +78,17 @@ def test_an_engines_own_checks_run_only_when_it_is_configured():
 
 def test_validation_and_the_engines_packages_touch_no_device():
   """jax.distributed.initialize must come before anything starts a backend;
-  validation runs before it and imports every engine's package."""
+  validation and each mode's own checks run before it, and validation
+  imports every engine's package."""
   code = ('import jax._src.xla_bridge as xb\n'
           'from configs import default\n'
           'from trainer import engines, validation\n'
           'validation.check_config(default.get_config())\n'
           'for name in engines.names(): engines.package(name)\n'
+          'from cli import modes\n'
+          'config = default.get_config()\n'
+          'config.plan.target = "here"\n'
+          'for check in modes.MODE_CHECKS.values(): check(config)\n'
           'assert not xb._backends, "a backend started"\n')
   result = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
                           text=True, check=False)

@@ -422,3 +422,15 @@ def check_against_devices(config: ml_collections.ConfigDict, *,
                      'grad_accum_steps)')
   engines.package(config.engine).check_against_devices(
       config, num_devices, num_processes)
+
+
+def check_plan_devices_named(plan) -> None:
+  """--mode=plan plans a cluster of named devices: their peak, a stated
+  compute time or a probe of them; the devices at hand only when asked
+  (plan.target=here). UsageError otherwise, before anything starts."""
+  if plan.target == 'cluster' and not (plan.device_tflops or plan.compute_s or plan.probe):
+    raise UsageError(
+        "--mode=plan needs the cluster's devices: set plan.device_tflops (their "
+        'peak TFLOP/s), plan.compute_s (a step time measured on one) or '
+        'plan.probe (a work dir of --mode=probe on them); or plan.target=here '
+        'to plan a cluster of the devices at hand')
