@@ -17,7 +17,8 @@ A step over n devices at per-device batch b takes
   bytes (step_program): the gradients' all-reduce, and batch norm's small
   ones in sequence;
 - alpha(n), busbw: the fit of an all-reduce over all the probe's p devices
-  (collectives.all_devices; one host's: intra_host), alpha(p) * (n-1)/(p-1)
+  (collectives.all_devices, or inter_host with one device a host; with one
+  host, intra_host), alpha(p) * (n-1)/(p-1)
   for n devices (a ring's steps), and the bus bandwidth, which a ring's
   2(n-1)/n share of the bytes moves at.
 At n = p, k * alpha(p) + bytes / algbw: each collective as the probe timed
@@ -89,8 +90,10 @@ class Network:
 
 
 def network(probe: dict) -> Network:
-  """The all-reduce fit over the most devices the probe measured."""
-  for level in ('all_devices', 'intra_host'):
+  """The all-reduce fit over the most devices the probe measured: all of
+  them (all_devices; with one device a host, inter_host is that same set),
+  else one host's (intra_host)."""
+  for level in ('all_devices', 'inter_host', 'intra_host'):
     entry = probe['collectives'].get(level, {})
     if entry.get('measured') and entry['all_reduce']['busbw_gbps']:
       fit = entry['all_reduce']

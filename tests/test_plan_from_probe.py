@@ -73,6 +73,11 @@ def test_a_probe_that_cannot_plan_is_refused_in_one_line(tmp_path):
     from_probe.load(str(tmp_path))
   one_device = _probe(devices=1)
   one_device['collectives']['all_devices'] = {'measured': False, 'reason': 'one device'}
+  # One device a host: all_devices is inter_host's set, and that fit is used.
+  per_host = copy.deepcopy(_probe())
+  per_host['collectives']['inter_host'] = per_host['collectives']['all_devices']
+  per_host['collectives']['all_devices'] = {'measured': False, 'reason': 'same devices'}
+  assert from_probe.step_parts(per_host, 8) == from_probe.step_parts(_probe(), 8)
   with pytest.raises(UsageError, match='no all-reduce across devices'):
     from_probe.step_parts(one_device, 8)
   with pytest.raises(UsageError, match=r'timed per-device batches \[8, 16\], not 32'):
