@@ -142,8 +142,11 @@ def budget_gib(capacity_gb: float, mem_fraction: float, margin: float) -> float:
   return capacity_gb * GB * mem_fraction * (1 - margin) / GIB
 
 
-def largest_fitting_batch(fit: dict, budget: float) -> int:
-  return int((budget - fit['peak_intercept_gib']) // fit['peak_slope_gib_per_example'])
+def largest_fitting_batch(fit: dict, budget: float, multiple: int = 1) -> int:
+  """The fit's largest batch per device within budget, rounded down to a
+  multiple of `multiple` (a recipe's batch-norm groups, each on one device)."""
+  batch = int((budget - fit['peak_intercept_gib']) // fit['peak_slope_gib_per_example'])
+  return batch - batch % multiple
 
 
 def measured(path: str, name: str, dtype: str) -> dict[int, dict]:
@@ -174,11 +177,13 @@ def fit_recipe(name: str, batches: list[int], capacities_gb: list[float], *,
   fits = []
   for capacity in capacities_gb:
     budget = budget_gib(capacity, mem_fraction, margin)
-    batch = largest_fitting_batch(fit, budget)
+    group = RECIPES[name].get_config().model.bn_group_size or 1
+    batch = largest_fitting_batch(fit, budget, group)
     predicted = fit['peak_intercept_gib'] + fit['peak_slope_gib_per_example'] * batch
     confirm = results.write(measure_recipe(name, batch, dtype))
-    while confirm['peak_gib'] > budget and batch > 1:  # the fit was too hopeful
+    while confirm['peak_gib'] > budget and batch > group:  # the fit was too hopeful
       batch = int(batch * budget / confirm['peak_gib'])
+      batch -= batch % group
       predicted = fit['peak_intercept_gib'] + fit['peak_slope_gib_per_example'] * batch
       confirm = results.write(measure_recipe(name, batch, dtype))
     fits.append(results.write({
@@ -187,7 +192,8 @@ def fit_recipe(name: str, batches: list[int], capacities_gb: list[float], *,
         **fit, 'fit_records_from': fit_from or None,
         'capacity_gb': capacity, 'mem_fraction': mem_fraction,
         'margin': margin, 'budget_gib': budget,
-        'largest_per_device_batch': batch, 'predicted_peak_gib': predicted,
+        'largest_per_device_batch': batch, 'per_device_batch_multiple': group,
+        'predicted_peak_gib': predicted,
         'confirmed_peak_gib': confirm['peak_gib'],
         'confirmed': confirm['peak_gib'] <= budget}))
   return rows + fits

@@ -21,7 +21,8 @@ from jax.extend.mlir import ir
 import pytest
 
 from cli import describe
-from configs import folder, imagenet_resnet50, imagenet_vit_b16, imagenet_vit_l16, quickstart
+from configs import folder, imagenet_resnet50, imagenet_resnet50_lars, imagenet_vit_b16
+from configs import imagenet_vit_l16, quickstart
 from trainer import evaluate
 from trainer import experiment
 from trainer import specs
@@ -38,6 +39,7 @@ NUM_CLASSES = 10
 # docs/parallelism.md selects them.
 CASES = {
     'resnet50': (imagenet_resnet50, None, False),
+    'resnet50_lars': (imagenet_resnet50_lars, None, False),
     'vit_b16': (imagenet_vit_b16, None, False),
     'vit_l16': (imagenet_vit_l16, None, False),
     'quickstart': (quickstart, None, False),
@@ -77,6 +79,8 @@ def _tiny_gpu_config(recipe, mesh, shard_update):
   is_vit = config.model.name.startswith('vit_')
   config.model.width = 64 if is_vit else 8
   config.model.depth = 1 if is_vit else 0
+  # The recipes' batch-norm groups (32, 64) shrink to one group a device.
+  config.model.bn_group_size = min(config.model.bn_group_size, GLOBAL_BATCH // 8)
   if mesh is not None:
     config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh
   config.mesh.shard_update = shard_update

@@ -25,7 +25,8 @@ def warmup_steps(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int
 
 def create_learning_rate_fn(config: ml_collections.ConfigDict,
                             steps_per_epoch: int, total_steps: int):
-  """Linear warm-up from 0, then cosine decay to 0 (or constant)."""
+  """Linear warm-up from 0 to the peak, then lr_schedule: cosine or
+  polynomial decay to 0 at the last step, constant, or steps."""
   peak = peak_learning_rate(config)
   warmup = min(warmup_steps(config, steps_per_epoch), total_steps)
   if config.lr_schedule == 'constant':
@@ -36,6 +37,11 @@ def create_learning_rate_fn(config: ml_collections.ConfigDict,
     boundaries = {max(int(round(e * steps_per_epoch)) - warmup, 1): config.lr_step_factor
                   for e in validation.parse_step_epochs(config.lr_step_epochs)}
     after = optax.piecewise_constant_schedule(peak, boundaries)
+  elif config.lr_schedule == 'poly':
+    # MLPerf's LARS ResNet-50 (power 2): peak * (1 - t)^power over the steps
+    # after warm-up.
+    after = optax.polynomial_schedule(peak, 0.0, config.lr_poly_power,
+                                      max(total_steps - warmup, 1))
   else:
     after = optax.cosine_decay_schedule(peak, max(total_steps - warmup, 1))
   if warmup == 0:

@@ -13,11 +13,12 @@ from configs import schema
 from core.errors import UsageError
 from trainer import engines
 from trainer.engines import allreduce
+from trainer.validation_augment import check_augmentation
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 OPTIMIZERS = ('sgd', 'adamw', 'lars', 'lamb')
 LR_SCALINGS = ('linear', 'none')
-LR_SCHEDULES = ('cosine', 'constant', 'step')
+LR_SCHEDULES = ('cosine', 'constant', 'step', 'poly')
 EVAL_WEIGHTS = ('raw', 'ema')  # eval.weights
 # plan.allreduce_algorithms and study.allreduce_algorithms: the engine's own.
 ALLREDUCE_ALGORITHMS = allreduce.ALGORITHMS
@@ -76,6 +77,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   _check_model(config)
   _check_length_and_batch(config)
   _check_optimizer(config)
+  check_augmentation(config)
   _check_parallelism(config)
   _check_plan_and_study(config)
   _check_faults_and_init(config)
@@ -181,6 +183,8 @@ def _check_large_batch_keys(config: ml_collections.ConfigDict) -> None:
                      f'epochs > 0, comma-separated (e.g. 30,60,80)')
   if not math.isfinite(config.lr_step_factor) or not 0 < config.lr_step_factor <= 1:
     raise UsageError(f'lr_step_factor={config.lr_step_factor!r} must be in (0, 1]')
+  if not math.isfinite(config.lr_poly_power) or config.lr_poly_power <= 0:
+    raise UsageError(f'lr_poly_power={config.lr_poly_power!r} must be a finite number > 0')
   if not math.isfinite(config.trust_coefficient) or config.trust_coefficient <= 0:
     raise UsageError(f'trust_coefficient={config.trust_coefficient!r} must be a '
                      f'finite number > 0')
