@@ -45,7 +45,9 @@ def recipes() -> list[tuple[str, str]]:
 
 
 def recipes_text() -> str:
-  return '\n'.join(f'{path:32s} {summary}' for path, summary in recipes())
+  listed = recipes()
+  width = max((len(path) for path, _ in listed), default=0)
+  return '\n'.join(f'{path:{width}s}  {summary}' for path, summary in listed)
 
 
 def models_text() -> str:

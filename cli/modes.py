@@ -117,6 +117,7 @@ def _check_plan_devices(config) -> None:
   # which must wait for the runtime's start.
   from trainer import validation  # pylint: disable=g-import-not-at-top
   validation.check_plan_devices_named(config.plan)
+  validation.plan_batches(config)
 
 
 MODES = {

@@ -41,7 +41,6 @@ from planner import cluster_model as cm
 from planner import from_probe
 from planner import measure
 from planner import recommend
-from trainer.validation import parse_list
 
 PLAN_FILE = 'plan.json'
 
@@ -167,7 +166,7 @@ def _cluster_compute(plan, exp, local_workers, batches, capacity, model_name) ->
 def _measure_and_plan(config, workdir: str) -> dict:
   plan = config.plan  # values checked by trainer/validation.py
   share = backprop_share(plan)  # before anything is measured
-  batches = parse_list('plan.per_worker_batch_sizes', plan.per_worker_batch_sizes)
+  batches = validation.plan_batches(config)
   local_workers = emulation.NetworkSpec.from_config(config.network, jax.device_count()).num_workers
   if local_workers > jax.device_count():
     raise UsageError(f'network.num_workers={local_workers}: the sweep runs that many '

@@ -31,15 +31,8 @@ def check_config(config) -> None:
 
 
 def per_device_batches(config) -> list[int]:
-  """plan.per_worker_batch_sizes (checked >= 1 by trainer/validation.py),
-  increasing, less those that grad_accum_steps does not divide."""
-  batches = sorted(set(validation.parse_list('plan.per_worker_batch_sizes',
-                                             config.plan.per_worker_batch_sizes)))
-  kept = [b for b in batches if b % config.grad_accum_steps == 0]
-  if not kept:
-    raise UsageError(f'grad_accum_steps={config.grad_accum_steps} divides none of '
-                     f'plan.per_worker_batch_sizes={config.plan.per_worker_batch_sizes!r}')
-  return kept
+  """The per-device batches the probe times (validation.plan_batches)."""
+  return validation.plan_batches(config)
 
 
 def message_sizes(smallest: int, largest: int, count: int, multiple: int) -> list[int]:

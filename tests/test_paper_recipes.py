@@ -12,7 +12,7 @@ import pytest
 
 from cli import describe
 from configs import imagenet_resnet50, imagenet_resnet50_lars, imagenet_vit_b16, paper
-from configs.errors import UsageError
+from core.errors import UsageError
 from configs.schema import dotted_items
 from models import registry
 from models import resnet

@@ -111,9 +111,10 @@ def test_a_study_resumes_without_redoing_cells_and_runs_both_engines(tmp_path):
     (['--mode=plan', '--config.plan.compute_s=0.1', '--config.plan.probe=runs/p'],
      'both give'),
     (['--mode=plan', '--config.plan.target=there'], 'plan.target'),
+    (['--mode=plan', HERE, '--config.model.bn_group_size=128'], 'whole batch-norm groups'),
 ], ids=['empty grid', 'study bandwidth', 'study engine', 'plan bandwidth', 'utilization',
         'hosts', 'placement', 'nothing fits', 'no device named', 'here and a peak',
-        'two sources', 'bad target'])
+        'two sources', 'bad target', 'no batch of whole groups'])
 def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment):
   result = run_main(f'--workdir={tmp_path / "w"}', *TINY, *args)
   assert result.returncode == 2, result.stderr[-3000:]

@@ -438,3 +438,21 @@ def check_plan_devices_named(plan) -> None:
         'peak TFLOP/s), plan.compute_s (a step time measured on one) or '
         'plan.probe (a work dir of --mode=probe on them); or plan.target=here '
         'to plan a cluster of the devices at hand')
+
+
+def plan_batches(config) -> list[int]:
+  """plan.per_worker_batch_sizes, increasing, less those a device cannot
+  take as configured: each must split into grad_accum_steps micro-batches
+  of whole batch-norm groups (model.bn_group_size). UsageError when none is
+  left, naming the keys."""
+  batches = sorted(set(parse_list('plan.per_worker_batch_sizes',
+                                  config.plan.per_worker_batch_sizes)))
+  unit = config.grad_accum_steps * (config.model.bn_group_size or 1)
+  kept = [b for b in batches if b % unit == 0]
+  if not kept:
+    raise UsageError(
+        f'plan.per_worker_batch_sizes={config.plan.per_worker_batch_sizes!r}: none is a '
+        f'multiple of grad_accum_steps={config.grad_accum_steps} x model.bn_group_size='
+        f'{config.model.bn_group_size or 1}; give batches of whole batch-norm groups')
+  return kept
+
