@@ -24,6 +24,13 @@ timed runs, because other work on the machine slows some runs.
 cpu_ms_per_image is this process's CPU time per image (all of tf.data's
 threads): less sensitive to such neighbours than img/s.
 
+--randaugment_num_ops, --randaugment_magnitude, --randaugment_magnitude_std,
+--random_erasing_prob and --repeated_augmentation set those data.* keys
+for the train transform (DeiT's host augmentation: 2, 9, 0.5, 0.25, 3);
+each record names their values. Mixup and CutMix run on the devices,
+inside the train step: they cost the host nothing, and nothing here
+measures them.
+
 --jpeg_scaled_decode sets data.jpeg_scaled_decode; each train and eval
 record then also says how far its pixels are from the exact decode's on the
 same images and the same random crops (--compare_images of them): the mean
@@ -53,6 +60,12 @@ import input_pipeline
 import numpy as np
 
 
+# The data.* keys of the host's extra training augmentation, each a flag.
+HOST_AUGMENTATION = {'randaugment_num_ops': int, 'randaugment_magnitude': float,
+                     'randaugment_magnitude_std': float,
+                     'random_erasing_prob': float, 'repeated_augmentation': int}
+
+
 def _data_config(args, augment='inception_crop', exact=False):
   data = default.get_config().data
   data.update(dict(source='tfds', name=make_imagenet_like.NAME,
@@ -60,6 +73,7 @@ def _data_config(args, augment='inception_crop', exact=False):
                    augment=augment, eval_split='validation',
                    prefetch_batches=2,
                    jpeg_scaled_decode=args.jpeg_scaled_decode and not exact))
+  data.update({key: getattr(args, key) for key in HOST_AUGMENTATION})
   return data
 
 
@@ -165,6 +179,10 @@ def main(argv=None) -> list[dict]:
                       'transform: inception_crop, crop_flip, flip, none')
   parser.add_argument('--jpeg_scaled_decode', action='store_true',
                       help='data.jpeg_scaled_decode=True')
+  defaults = default.get_config().data
+  for key, kind in HOST_AUGMENTATION.items():
+    parser.add_argument(f'--{key}', type=kind, default=defaults[key],
+                        help=f'data.{key} of the train transform')
   parser.add_argument('--compare_images', type=int, default=1024,
                       help='images compared with the exact decode')
   parser.add_argument('--image_size', type=int, default=224)
@@ -217,6 +235,8 @@ def main(argv=None) -> list[dict]:
         'transform': transform,
         'augment': augment if transform == 'train' else None,
         'jpeg_scaled_decode': args.jpeg_scaled_decode,
+        **({key: getattr(args, key) for key in HOST_AUGMENTATION}
+           if transform == 'train' else {}),
         'image_size': args.image_size,
         'batch_size': args.batch_size, 'cores': os.cpu_count(),
         'images_per_sec_best': round(max(rates)),

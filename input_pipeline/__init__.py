@@ -26,9 +26,13 @@ The map, by job:
                set and random access to its records), tfrecord_index.py (the
                offsets index behind that access), synthetic.py (no files)
   which        order.py (which examples a process reads at a step),
-  examples     example_seeds.py (each example's crop and flip randomness)
+  examples     repeated.py (each image K times: repeated augmentation),
+               example_seeds.py (each example's randomness)
   decoding     preprocess.py and crops.py (TensorFlow ops per example),
                tf_setup.py (TensorFlow imported quietly, off accelerators)
+  augmenting   augmentation.py (the data.* keys, no TensorFlow),
+               host_augment.py (their draws in the stream, their ops in
+               tf.data): randaugment.py with image_ops.py, random_erasing.py
   one batch    stream.py (a split as a stream of steps' inputs) ->
   per step     decode_graph.py (the tf.data graph) -> step_batches.py (host
                batches, one per step) with recovery.py (examples that fail

@@ -2,6 +2,7 @@
 
 import os
 
+from input_pipeline import augmentation
 from input_pipeline import folder
 from input_pipeline import shapes
 from input_pipeline import synthetic
@@ -37,6 +38,8 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
       batch_size=batch_size, eval_batch_size=eval_batch_size, seed=seed,
       process_index=process_index, process_count=process_count)
   if data_config.source == 'synthetic':
+    # Noise for benchmarks: neither data.augment nor the host augmentation
+    # keys apply.
     return synthetic.SyntheticDataset(
         num_examples=data_config.num_synthetic_examples,
         num_classes=data_config.num_synthetic_classes,
@@ -65,6 +68,7 @@ def create_dataset(data_config, *, batch_size: int, eval_batch_size: int,
       image_size=data_config.image_size, augment=data_config.augment,
       snap_crops=data_config.snap_crops_to_jpeg_blocks,
       jpeg_decoding=jpeg_decoding(data_config),
+      augmentation=augmentation.from_data_config(data_config),
       prefetch_batches=data_config.prefetch_batches, **common)
 
 
@@ -94,4 +98,5 @@ def _create_tfds(data_config, class_map_path: str | None, **common) -> Dataset:
       snap_crops=data_config.snap_crops_to_jpeg_blocks,
       eval_crop_fraction=data_config.eval_crop_fraction,
       jpeg_decoding=jpeg_decoding(data_config),
+      augmentation=augmentation.from_data_config(data_config),
       prefetch_batches=data_config.prefetch_batches, **common)

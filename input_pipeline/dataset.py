@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from input_pipeline import order
+from input_pipeline.augmentation import HostAugmentation, OFF
 
 Batch = dict[str, np.ndarray]
 
@@ -24,10 +25,14 @@ class Dataset(abc.ABC):
     num_train_examples: examples in the training split (all processes).
     num_eval_examples: examples in the evaluation split (all processes).
     num_eval_batches: batches `eval_batches` yields, the same on every process.
+    augmentation: what the host adds to training images after the crop and
+      flip (augmentation.py); sources that decode images apply it.
 
   Examples that cannot be decoded (a corrupt or truncated image) are skipped
   and counted, never fatal: see `skipped_counts` and `unreadable_examples`.
   """
+
+  augmentation: HostAugmentation = OFF
 
   def __init__(self, *, class_names: list[str], num_train_examples: int,
                num_eval_examples: int, batch_size: int, eval_batch_size: int,

@@ -9,10 +9,12 @@ parallel but in deterministic order, skipping files that fail to decode
 from collections.abc import Iterator
 
 from input_pipeline import crops
+from input_pipeline import host_augment
 from input_pipeline import preprocess
 from input_pipeline import step_batches
 from input_pipeline import stream
 from input_pipeline import tf_setup
+from input_pipeline.augmentation import HostAugmentation, OFF
 from input_pipeline.dataset import Batch, Dataset
 from input_pipeline.folder import ImageFiles
 from input_pipeline.tf_setup import tf
@@ -27,7 +29,8 @@ class FilesDataset(Dataset):
                snap_crops: bool,
                prefetch_batches: int, batch_size: int, eval_batch_size: int,
                seed: int, process_index: int = 0, process_count: int = 1,
-               jpeg_decoding: crops.JpegDecoding = crops.EXACT):
+               jpeg_decoding: crops.JpegDecoding = crops.EXACT,
+               augmentation: HostAugmentation = OFF):
     if augment not in AUGMENTATIONS:
       raise ValueError(f'unknown augmentation {augment!r}; one of '
                        f'{AUGMENTATIONS}')
@@ -44,6 +47,7 @@ class FilesDataset(Dataset):
     self._snap_crops = snap_crops
     self._decoding = jpeg_decoding
     self._prefetch_batches = prefetch_batches
+    self.augmentation = augmentation
 
   def _batches(self, examples: stream.Stream, load, local_batch: int,
                split: str) -> Iterator[Batch]:
@@ -74,10 +78,12 @@ class FilesDataset(Dataset):
         image = preprocess.augment(
             preprocess.resize(preprocess.decode(path), self._image_size),
             self._augment, tf.stack([seed, example['position']]))
+      image = host_augment.apply(image, example, self.augmentation)
       return {'image': image, 'label': tf.gather(labels, example['index'])}
 
-    return self._batches(stream.train_stream(self, start_step), load,
-                         self.local_batch_size, 'train')
+    return self._batches(
+        stream.train_stream(self, start_step, self._image_size), load,
+        self.local_batch_size, 'train')
 
   def eval_batches(self) -> Iterator[Batch]:
     paths = tf.constant(self._eval.paths)

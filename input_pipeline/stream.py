@@ -13,7 +13,9 @@ import dataclasses
 import numpy as np
 
 from input_pipeline import example_seeds
+from input_pipeline import host_augment
 from input_pipeline import order
+from input_pipeline import repeated
 from input_pipeline.tf_setup import tf
 
 
@@ -35,14 +37,17 @@ class Stream:
   count: int | None = None
 
 
-def train_stream(dataset, start_step: int) -> Stream:
+def train_stream(dataset, start_step: int, image_size: int) -> Stream:
   """The training stream of `dataset` from `start_step`.
 
   Each step's stream positions, example indices, and each example's crop
-  seed and flip: cheap numpy once per step, so that per-example work stays
-  in tf.data's threads.
+  seed and flip, and the draws of `dataset.augmentation` (host_augment.py,
+  for images of `image_size`): cheap numpy once per step, so that
+  per-example work stays in tf.data's threads.
   """
-  stream = order.TrainOrder(dataset.num_train_examples, dataset.seed)
+  augmentation = dataset.augmentation
+  stream = repeated.train_order(dataset.num_train_examples, dataset.seed,
+                                augmentation.repeats, dataset.batch_size)
   local = dataset.local_batch_size
 
   def inputs(i: int) -> dict[str, np.ndarray]:
@@ -52,11 +57,14 @@ def train_stream(dataset, start_step: int) -> Stream:
     crop_seeds, flips = example_seeds.crop_seeds_and_flips(dataset.seed,
                                                             positions)
     return {'position': positions, 'index': stream.example_indices(positions),
-            'crop_seed': crop_seeds, 'flip': flips}
+            'crop_seed': crop_seeds, 'flip': flips,
+            **host_augment.inputs(augmentation, dataset.seed, positions,
+                                  image_size)}
   return Stream(inputs, {'position': tf.TensorSpec([local], tf.int64),
                         'index': tf.TensorSpec([local], tf.int64),
                         'crop_seed': tf.TensorSpec([local, 2], tf.int64),
-                        'flip': tf.TensorSpec([local], tf.bool)})
+                        'flip': tf.TensorSpec([local], tf.bool),
+                        **host_augment.spec(augmentation, local)})
 
 
 def eval_stream(dataset) -> Stream:

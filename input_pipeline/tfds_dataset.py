@@ -13,10 +13,12 @@ from collections.abc import Iterator
 import numpy as np
 
 from input_pipeline import crops
+from input_pipeline import host_augment
 from input_pipeline import preprocess
 from input_pipeline import step_batches
 from input_pipeline import stream
 from input_pipeline import tf_setup
+from input_pipeline.augmentation import HostAugmentation, OFF
 from input_pipeline.dataset import Batch, Dataset
 from input_pipeline.tf_setup import tf
 from input_pipeline.tfds_source import TfdsSource
@@ -31,7 +33,8 @@ class TfdsDataset(Dataset):
                eval_crop_fraction: float,
                jpeg_decoding: crops.JpegDecoding = crops.EXACT,
                prefetch_batches: int, batch_size: int, eval_batch_size: int,
-               seed: int, process_index: int = 0, process_count: int = 1):
+               seed: int, process_index: int = 0, process_count: int = 1,
+               augmentation: HostAugmentation = OFF):
     if augment not in AUGMENTATIONS:
       raise ValueError(f'unknown augmentation {augment!r}; one of '
                        f'{AUGMENTATIONS}')
@@ -54,6 +57,7 @@ class TfdsDataset(Dataset):
     self._eval_crop_fraction = eval_crop_fraction
     self._prefetch_batches = prefetch_batches
     self._jpeg_only = source.is_jpeg_only()
+    self.augmentation = augmentation
 
   def example_name(self, split: str, index: int) -> str:
     """'train[1234]': the split's record, as a tfds split slice names it."""
@@ -79,10 +83,12 @@ class TfdsDataset(Dataset):
       else:
         image = preprocess.augment(self._eval_view(encoded), self._augment,
                                    tf.stack([seed, example['position']]))
+      image = host_augment.apply(image, example, self.augmentation)
       return {'image': image, 'label': label}
 
     return step_batches.batches(
-        _with_records(stream.train_stream(self, start_step), self._train),
+        _with_records(stream.train_stream(self, start_step, self._image_size),
+                      self._train),
         load, split='train', local_batch=self.local_batch_size,
         image_size=self._image_size, prefetch=self._prefetch_batches,
         skipped=self._skipped, unreadable=self._unreadable)

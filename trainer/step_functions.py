@@ -39,6 +39,53 @@ def mixup(rng: jax.Array, images: jax.Array, targets: jax.Array, alpha: float):
   return mix(images), mix(targets)
 
 
+def cutmix_box(rng: jax.Array, height: int, width: int, alpha: float):
+  """CutMix's box (Yun et al. 2019) as timm draws it: (top, bottom, left,
+  right), int32, of side fraction sqrt(1 - Beta(alpha, alpha)) around a
+  uniform centre, clipped to the image."""
+  ratio_rng, y_rng, x_rng = jax.random.split(rng, 3)
+  side = jnp.sqrt(1 - jax.random.beta(ratio_rng, alpha, alpha))
+  half_h = (height * side).astype(jnp.int32) // 2
+  half_w = (width * side).astype(jnp.int32) // 2
+  y = jax.random.randint(y_rng, (), 0, height)
+  x = jax.random.randint(x_rng, (), 0, width)
+  return (jnp.clip(y - half_h, 0, height), jnp.clip(y + half_h, 0, height),
+          jnp.clip(x - half_w, 0, width), jnp.clip(x + half_w, 0, width))
+
+
+def cutmix(rng: jax.Array, images: jax.Array, targets: jax.Array, alpha: float):
+  """Pastes one box of the neighbour's image into each example (the same box
+  for the whole batch, the partner the next example as in `mixup`); the
+  targets weigh the partner's by the box's actual share of the image."""
+  _, height, width, _ = images.shape
+  top, bottom, left, right = cutmix_box(rng, height, width, alpha)
+  rows, cols = jnp.arange(height), jnp.arange(width)
+  inside = (((rows >= top) & (rows < bottom))[:, None] &
+            ((cols >= left) & (cols < right))[None, :])
+  images = jnp.where(inside[None, :, :, None], jnp.roll(images, 1, axis=0),
+                     images)
+  pasted = (bottom - top) * (right - left) / (height * width)
+  targets = (1 - pasted) * targets + pasted * jnp.roll(targets, 1, axis=0)
+  return images, targets
+
+
+def mix_batch(rng: jax.Array, images: jax.Array, targets: jax.Array, *,
+              mixup_alpha: float, cutmix_alpha: float, switch_prob: float):
+  """Mixup, CutMix, or with both on one of them per batch, CutMix with
+  probability switch_prob (timm's batch mode). Mixup alone draws exactly
+  what it draws without CutMix."""
+  if cutmix_alpha <= 0:
+    return mixup(rng, images, targets, mixup_alpha)
+  cut = cutmix(jax.random.fold_in(rng, 2), images, targets, cutmix_alpha)
+  if mixup_alpha <= 0:
+    return cut
+  mixed = mixup(rng, images, targets, mixup_alpha)
+  # Both computed and one kept: two elementwise passes over the batch cost
+  # nothing next to the model, and a select keeps the program branch-free.
+  use_cutmix = jax.random.uniform(jax.random.fold_in(rng, 3)) < switch_prob
+  return tuple(jnp.where(use_cutmix, c, m) for c, m in zip(cut, mixed))
+
+
 def top_k_correct(logits: jax.Array, labels: jax.Array, k: int) -> jax.Array:
   """1.0 where the label is among the k highest logits (k capped at classes)."""
   k = min(k, logits.shape[-1])
@@ -78,6 +125,7 @@ def _micro_batches(x: jax.Array, k: int) -> jax.Array:
 
 def compute_gradients(params, batch_stats, batch, step, *, model,
                       label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
+                      cutmix_alpha: float = 0.0, mixup_switch_prob: float = 0.5,
                       grad_accum_steps: int = 1, seed: int = 0,
                       nan_at_step: int = -1, param_hook=None):
   """Gradients of the mean loss over `batch`; returns (grads, batch_stats, metrics).
@@ -92,6 +140,8 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
   'accuracy' (top-1) over the batch. param_hook, if given, is applied to the
   parameters inside the differentiated function (the parameter-server
   engine taps each parameter's gradient there as backprop produces it).
+  mixup_alpha, cutmix_alpha, mixup_switch_prob: see `mix_batch`; an
+  emulated engine's worker mixes within its own slice.
   """
   images = normalize_images(batch['image'])
   if nan_at_step >= 0:
@@ -101,8 +151,11 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
   # The step's random numbers are functions of (seed, step) alone, so a
   # resumed run draws what the uninterrupted one drew.
   step_rng = jax.random.fold_in(jax.random.key(seed), step)
-  if mixup_alpha > 0:
-    images, targets = mixup(step_rng, images, targets, mixup_alpha)
+  if mixup_alpha > 0 or cutmix_alpha > 0:
+    images, targets = mix_batch(step_rng, images, targets,
+                                mixup_alpha=mixup_alpha,
+                                cutmix_alpha=cutmix_alpha,
+                                switch_prob=mixup_switch_prob)
   dropout_rng = jax.random.fold_in(step_rng, 1) if uses_dropout(model) else None
 
   def loss_fn(p, batch_stats, images, targets, dropout_rng):
@@ -143,6 +196,7 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
 
 def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
                label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
+               cutmix_alpha: float = 0.0, mixup_switch_prob: float = 0.5,
                grad_accum_steps: int = 1, seed: int = 0,
                skip_nonfinite: bool = False, nan_at_step: int = -1,
                param_shardings=None, update_shardings=None):
@@ -166,6 +220,7 @@ def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
   grads, batch_stats, metrics = compute_gradients(
       params, state.batch_stats, batch, state.step, model=model,
       label_smoothing=label_smoothing, mixup_alpha=mixup_alpha,
+      cutmix_alpha=cutmix_alpha, mixup_switch_prob=mixup_switch_prob,
       grad_accum_steps=grad_accum_steps, seed=seed, nan_at_step=nan_at_step)
   if update_shardings is not None:
     if param_shardings is not None:

@@ -38,6 +38,7 @@ def local_gradients(exp, on_gradient=None):
   compute = functools.partial(
       step_functions.compute_gradients, model=exp.model,
       label_smoothing=config.label_smoothing, mixup_alpha=config.mixup_alpha,
+      cutmix_alpha=config.cutmix_alpha, mixup_switch_prob=config.mixup_switch_prob,
       grad_accum_steps=config.grad_accum_steps, seed=config.seed,
       nan_at_step=config.debug.nan_at_step,
       param_hook=None if on_gradient is None else functools.partial(

@@ -22,6 +22,8 @@ def jit_train_step(exp):
                         learning_rate_fn=exp.learning_rate_fn,
                         label_smoothing=exp.config.label_smoothing,
                         mixup_alpha=exp.config.mixup_alpha,
+                        cutmix_alpha=exp.config.cutmix_alpha,
+                        mixup_switch_prob=exp.config.mixup_switch_prob,
                         grad_accum_steps=exp.config.grad_accum_steps,
                         seed=exp.config.seed,
                         skip_nonfinite=exp.config.nonfinite == 'skip',
