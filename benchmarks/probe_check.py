@@ -1,7 +1,7 @@
 """The planner fed a probe, against ordinary SPMD training on the same processes.
 
-For each process count (each process one CPU device, joined over gloo on
-127.0.0.1 by launch.py) and each model: `--mode=probe` on those processes;
+For each process count (each process one CPU device pinned to one core,
+joined over gloo on 127.0.0.1 as launch.py joins them) and each model: `--mode=probe` on those processes;
 then `--mode=plan --config.plan.probe=...`, which predicts the step of SPMD
 data parallelism from probe.json alone (planner/from_probe.py); then real
 training (`main.py`, engine=spmd, synthetic data) at each per-device batch,
@@ -45,9 +45,29 @@ def _run(command: list[str]) -> subprocess.CompletedProcess:
   return result
 
 
-def _launch(processes: int, args: list[str]) -> subprocess.CompletedProcess:
-  return _run([sys.executable, 'launch.py', f'--processes={processes}', '--devices=1',
-               '--', *args])
+def _launch(processes: int, args: list[str]) -> None:
+  """`processes` main.py processes of one CPU device each, joined on
+  127.0.0.1 as launch.py joins them, process i pinned to core i mod the
+  cores (taskset): each process's threads stay on its own core, as each
+  would on a host of its own, so that the scheduler's moving them between
+  cores does not add to the steps. The probe and the training runs are
+  launched alike."""
+  cores = os.cpu_count() or 1
+  port = 20000 + os.getpid() % 20000
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  env.pop('XLA_FLAGS', None)
+  running = [subprocess.Popen(
+      ['taskset', '-c', str(i % cores), sys.executable, 'main.py', *args,
+       f'--coordinator_address=127.0.0.1:{port}', f'--num_processes={processes}',
+       f'--process_id={i}', '--config.runtime.num_cpu_devices=1'],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      for i in range(processes)]
+  outputs = [p.communicate() for p in running]
+  failed = [(i, p.returncode, err) for i, (p, (_, err)) in enumerate(zip(running, outputs))
+            if p.returncode != 0]
+  if failed:
+    i, code, err = failed[0]
+    raise RuntimeError(f'process {i} of {" ".join(args)} failed ({code}): {err[-3000:]}')
 
 
 def measure(processes: int, model: str, batches: list[int], steps: int, root: str) -> list[dict]:
