@@ -185,6 +185,17 @@ def multiprocess(records) -> list[Table]:
   return [(header, rows)]
 
 
+def probe_check(records) -> list[Table]:
+  header = ['processes', 'model', 'batch per device', 'predicted ms', 'measured ms',
+            'error', 'measured intervals ms']
+  rows = [[_f(r['processes'], 'd'), r['model'], _f(r['per_device_batch'], 'd'),
+           _f(1e3 * r['predicted_step_s'], '.1f'), _f(1e3 * r['measured_step_s'], '.1f'),
+           f"{100 * r['error']:+.1f}%",
+           ', '.join(f'{1e3 * t:.0f}' for t in r['measured_step_s_intervals'])]
+          for r in records]
+  return [(header, rows)]
+
+
 def restore_memory(records) -> list[Table]:
   header = ['case', 'model', 'mesh', 'code', 'peak RSS (GiB)', 'RSS before (GiB)',
             'restore s', 'optimiser state read']
@@ -289,4 +300,4 @@ def published_clusters(records) -> list[Table]:
 TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
     step_parts, memory_table, multiprocess, restore_memory, quickstart, study,
-    input_pipeline, make_imagenet_like, link_pacing, published_clusters)}
+    input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check)}

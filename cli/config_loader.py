@@ -18,6 +18,7 @@ import ml_collections
 from configs import schema
 from configs import sharding
 from core.errors import UsageError
+from trainer import engines
 from configs.schema import coerce, conform_to_schema, dotted_items, load_saved
 
 
@@ -28,16 +29,19 @@ from configs.schema import coerce, conform_to_schema, dotted_items, load_saved
 # metadata, the asynchronous PS counts, records N_w and is rescaled when it
 # changes), evaluation settings, where the data lives, host-side performance
 # knobs, and init.* (read only to start a run: once the work dir has a
-# checkpoint it is ignored, so it may be cleared when the source run is gone).
+# checkpoint it is ignored, so it may be cleared when the source run is gone),
+# and the keys of modes that write no checkpoint (predict, export, plan,
+# study, probe). Every engine's sections come from the engines' registry.
 # Everything else decides what the checkpoints mean and must match.
 MUTABLE_KEY_PREFIXES = (
     'num_train_steps', 'num_epochs', 'log_every_steps', 'eval_every_steps',
     'checkpoint.', 'mesh.', 'sharding_rules', 'eval.', 'runtime.', 'debug.',
-    'nonfinite', 'engine', 'network.', 'ps.', 'allreduce.',
+    'nonfinite', 'engine',
     'model.bn_group_size', 'model.conv_form', 'bench.', 'profile_steps',
     'data.dir', 'data.manual_dir', 'data.prefetch_batches',
-    'init.', 'predict.', 'export.',
-)
+    'init.', 'predict.', 'export.', 'probe.', 'plan.', 'study.',
+) + tuple(f'{section}.' for name in engines.names()  # every engine's own sections
+          for section in engines.package(name).CONFIG_SECTIONS)
 
 
 def named_sharding_rules(name: str, *, source: str) -> tuple:

@@ -13,9 +13,11 @@ A step over n devices at per-device batch b takes
 - T_fixed: a step's fixed cost (step_fixed_cost.fixed_cost_s, a tiny
   model's data-parallel step less its step on one device) less the one small
   all-reduce's latency it holds, which k * alpha(n) counts;
-- k, bytes: the collectives of the model's compiled SPMD step and their
-  bytes (step_program): the gradients' all-reduce, and batch norm's small
-  ones in sequence;
+- k, bytes: the arrays the model's compiled SPMD step moves in its
+  collectives, and their bytes (step_program: operands, bytes): the
+  gradients (XLA combines them into few collectives, whose arrays a library
+  such as gloo still moves one by one, each at a latency) and batch norm's
+  statistics, in sequence;
 - alpha(n), busbw: the fit of an all-reduce over all the probe's p devices
   (collectives.all_devices, or inter_host with one device a host; with one
   host, intra_host), alpha(p) * (n-1)/(p-1)
@@ -118,7 +120,7 @@ def step_parts(probe: dict, per_device_batch: int, num_devices: int | None = Non
       'compute_s': points[per_device_batch],
       'update_s': probe['update']['update_s'],
       'fixed_s': fixed if n > 1 else 0.0,
-      'latency_s': program['count'] * net.latency_at(n),
+      'latency_s': program['operands'] * net.latency_at(n),
       'bandwidth_s': net.bandwidth_s(program['bytes'], n),
   }
   parts['step_s'] = sum(parts.values())
@@ -147,7 +149,7 @@ def sources(probe: dict) -> dict:
       'compute_s': 'probe (compute.points)',
       'update_s': 'probe (update.update_s)',
       'fixed_s': 'probe (step_fixed_cost.fixed_cost_s)',
-      'collectives': 'probe (step_program: the compiled step read, not run)',
+      'collectives': 'probe (step_program: the arrays of the compiled step\'s collectives, read, not run)',
       'latency_and_bandwidth': f'probe (collectives.{net.level}.all_reduce fit)',
       'more_devices': 'extrapolated: a ring over n devices (latency x (n-1)/(p-1), '
                       'bytes x 2(n-1)/n at the bus bandwidth)',

@@ -58,7 +58,8 @@ A figure that cannot be had is null, never absent.
 - step_program: null (no batch fits) or the SPMD train step over every
   device, compiled at the smallest fitting per-device batch and never run
   (probe/step_program.py): per_device_batch, mesh, count (its collectives),
-  bytes (their results' bytes, summed), by_op {op: {count, bytes}}.
+  operands (the arrays they combine), bytes (their results' bytes, summed),
+  by_op {op: {count, operands, bytes}}.
 - host_input: {measured: false, reason} or {measured: true, data_source,
   images_per_sec (the slowest process's), cpu_ms_per_image (the costliest),
   images_per_sec_per_core, host_cores (the fewest), *_by_process lists,

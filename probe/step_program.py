@@ -1,8 +1,9 @@
 """The named model's SPMD train step as XLA compiles it for the whole job:
 which collectives it runs and how many bytes each moves.
 
-A step pays every collective's latency once, in the order the program runs
-them, and each one's bytes at the network's bandwidth: the gradients'
+A step pays every collective's latency once (once per array it combines,
+where the library moves each array on its own, as gloo does), in the order
+the program runs them, and each one's bytes at the network's bandwidth: the gradients'
 all-reduce, and also the batch-norm statistics' small all-reduces of the
 forward and backward passes (one per layer, in sequence), or FSDP's
 all-gathers. Counting them is reading the compiled program, not timing it:
@@ -30,9 +31,9 @@ _BYTES_PER_ELEMENT = {'pred': 1, 's8': 1, 'u8': 1, 'f16': 2, 'bf16': 2, 's16': 2
                       'u64': 8}
 
 
-def _shape_bytes(shape: str, op: str) -> int:
-  """Bytes of an op's result shape; of a -start's tuple (operands, results),
-  the results' half."""
+def _shape_arrays(shape: str, op: str) -> list[int]:
+  """Bytes of each array of an op's result shape; of a -start's tuple
+  (operands, results), the results' half."""
   arrays = _ARRAY.findall(shape)
   sizes = []
   for dtype, dims in arrays:
@@ -42,17 +43,21 @@ def _shape_bytes(shape: str, op: str) -> int:
     sizes.append(count * _BYTES_PER_ELEMENT.get(dtype, 4))
   if shape.startswith('(') and op in ('all-gather', 'collective-permute') and len(sizes) % 2 == 0:
     sizes = sizes[len(sizes) // 2:]  # (operand, result) pairs of an async start
-  return sum(sizes)
+  return sizes
 
 
 def collectives_in(hlo_text: str) -> list[dict]:
-  """[{'op', 'bytes'}] of each collective in a compiled program's HLO text,
-  in program order (pure: tests feed it text)."""
+  """[{'op', 'operands', 'bytes'}] of each collective in a compiled
+  program's HLO text, in program order (pure: tests feed it text). XLA
+  combines many arrays into one collective of a tuple; `operands` counts
+  them, since a collectives library may move each on its own (gloo does, at
+  one latency each)."""
   found = []
   for line in hlo_text.splitlines():
     match = _OP.search(line)
     if match:
-      found.append({'op': match['op'], 'bytes': _shape_bytes(match['shape'], match['op'])})
+      arrays = _shape_arrays(match['shape'], match['op'])
+      found.append({'op': match['op'], 'operands': len(arrays), 'bytes': sum(arrays)})
   return found
 
 
@@ -69,8 +74,10 @@ def step_collectives(config, per_device_batch: int, num_classes: int) -> dict:
   ops = collectives_in(compiled.as_text())
   by_op = {}
   for o in ops:
-    entry = by_op.setdefault(o['op'], {'count': 0, 'bytes': 0})
+    entry = by_op.setdefault(o['op'], {'count': 0, 'operands': 0, 'bytes': 0})
     entry['count'] += 1
+    entry['operands'] += o['operands']
     entry['bytes'] += o['bytes']
   return {'per_device_batch': per_device_batch, 'mesh': dict(config.mesh),
-          'count': len(ops), 'bytes': sum(o['bytes'] for o in ops), 'by_op': by_op}
+          'count': len(ops), 'operands': sum(o['operands'] for o in ops),
+          'bytes': sum(o['bytes'] for o in ops), 'by_op': by_op}

@@ -32,7 +32,7 @@ def _probe(compute_s=0.100, latency_s=0.002, busbw_gbps=GBPS, fixed_s=0.010,
       'compute': {'points': [{'per_device_batch': 8, 'compute_s': compute_s},
                              {'per_device_batch': 16, 'compute_s': 2 * compute_s}]},
       'update': {'update_s': update_s},
-      'step_program': {'count': count, 'bytes': nbytes},
+      'step_program': {'count': 1, 'operands': count, 'bytes': nbytes},
   }
 
 

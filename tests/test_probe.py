@@ -219,6 +219,7 @@ def test_one_process_probe_writes_every_field(one_process_probe):
   assert program['per_device_batch'] == 1 and program['count'] >= 1
   assert program['by_op']['all-reduce']['bytes'] >= model['parameter_bytes']
   assert program['bytes'] == sum(o['bytes'] for o in program['by_op'].values())
+  assert program['operands'] >= program['count']
   feed = record['host_input']
   assert feed['measured'] and feed['data_source'] == 'folder'
   assert feed['images_per_sec'] > 0 and feed['cpu_ms_per_image'] > 0 and feed['host_cores'] >= 1
@@ -285,9 +286,9 @@ def test_the_step_programs_collectives_are_read_from_hlo_text():
   %rs = f32[16]{0} reduce-scatter(f32[64]{0} %z), dimensions={0}
   """
   assert step_program.collectives_in(text) == [
-      {'op': 'all-reduce', 'bytes': 256},
-      {'op': 'all-reduce', 'bytes': 3 * 3 * 16 * 16 * 4 + 16 * 2},
-      {'op': 'all-gather', 'bytes': 128},
-      {'op': 'reduce-scatter', 'bytes': 64},
+      {'op': 'all-reduce', 'operands': 1, 'bytes': 256},
+      {'op': 'all-reduce', 'operands': 2, 'bytes': 3 * 3 * 16 * 16 * 4 + 16 * 2},
+      {'op': 'all-gather', 'operands': 1, 'bytes': 128},
+      {'op': 'reduce-scatter', 'operands': 1, 'bytes': 64},
   ]
 
