@@ -22,6 +22,10 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+# The project's own record of the commit, shared with --mode=probe.
+from probe.provenance import commit  # pylint: disable=wrong-import-position,unused-import
 OUT_HELP = ('Also append the JSON lines to this file (it may hold committed results: '
             'only when asked). Without it they go to standard output only.')
 # Settings that change what a benchmark measures, recorded when set.
@@ -47,18 +51,6 @@ def command(argv: list[str] | None = None) -> list[str]:
   if script.startswith(REPO + os.sep):
     argv[0] = os.path.relpath(script, REPO)
   return argv
-
-
-def commit(repo: str = REPO) -> str:
-  """HEAD's hash, "-dirty" when tracked files differ from it; "unknown" outside git."""
-  try:
-    head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=repo, capture_output=True,
-                          text=True, check=True).stdout.strip()
-    changes = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
-                             cwd=repo, capture_output=True, text=True, check=True).stdout
-  except (OSError, subprocess.CalledProcessError):
-    return 'unknown'
-  return head + ('-dirty' if changes.strip() else '')
 
 
 def _cpu_model() -> str:

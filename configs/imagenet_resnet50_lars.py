@@ -26,7 +26,7 @@ from configs import paper
 
 PAPER = paper.Paper(
     source=('MLPerf Training v1.0 ResNet-50 reference, github.com/mlcommons/training, '
-            'image_classification/README_tensorflow2.md (the "On TPU-V3-64" command, '
+            'image_classification, its TensorFlow 2 instructions (the "On TPU-V3-64" command, '
             'batch 4096) and tensorflow2/lars_util.py, lars_optimizer.py, common.py; '
             'LARS: You, Gitman, Ginsburg 2017, "Large Batch Training of Convolutional '
             'Networks", arXiv:1708.03888'),
@@ -53,7 +53,7 @@ PAPER = paper.Paper(
     },
     batch_size=4096,
     top1=75.9,
-    top1_where=('MLPerf\'s quality target, README_tensorflow2.md "Quality target": '
+    top1_where=('MLPerf\'s quality target, the reference\'s "Quality target": '
                 'a run ends when an evaluation reaches it; the reference publishes no '
                 'mean of runs'),
     deviations=(
