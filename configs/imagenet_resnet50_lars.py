@@ -14,7 +14,7 @@ crop 87.5% for evaluation, evaluated every 4 epochs as MLPerf does.
 docs/gpus.md), add --config.grad_accum_steps=2: 256 per device at a time,
 which the batch-norm groups of 64 still divide.
 
-Larger batches: the reference's schedule (lars_util.py) peaks at 10.0 below
+Larger batches: the reference's learning-rate schedule peaks at 10.0 below
 a batch of 16384, at 25.0 with 5 warm-up epochs from 16384, and at 31.2 with
 25 warm-up epochs from 32768 (--config.batch_size=32768
 --config.learning_rate=31.2 --config.warmup_epochs=25); the reference gives
@@ -27,17 +27,17 @@ from configs import paper
 PAPER = paper.Paper(
     source=('MLPerf Training v1.0 ResNet-50 reference, github.com/mlcommons/training, '
             'image_classification, its TensorFlow 2 instructions (the "On TPU-V3-64" command, '
-            'batch 4096) and tensorflow2/lars_util.py, lars_optimizer.py, common.py; '
+            'batch 4096) and its LARS schedule, optimiser and training flags; '
             'LARS: You, Gitman, Ginsburg 2017, "Large Batch Training of Convolutional '
             'Networks", arXiv:1708.03888'),
     settings={
         'model.name': ('resnet50', 'README: ResNet v1.5'),
         'data.image_size': (224, 'README: 224 px ImageNet'),
-        'optimizer': ('lars', '--optimizer=LARS; common.py skips batch norm and biases '
+        'optimizer': ('lars', '--optimizer=LARS; the reference skips batch norm and biases '
                       '(skip_list) in the trust ratio and the weight decay'),
-        'trust_coefficient': (0.001, 'lars_optimizer.py: eeta=0.001'),
+        'trust_coefficient': (0.001, 'the reference optimiser: eeta=0.001'),
         'momentum': (0.9, '--momentum=0.9'),
-        'nesterov': (False, 'lars_optimizer.py: use_nesterov=False'),
+        'nesterov': (False, 'the reference optimiser: use_nesterov=False'),
         'learning_rate': (10.0, '--base_learning_rate=10.0, the peak rate itself'),
         'lr_scaling': ('none', 'the reference sets the peak per batch (lars_util.py), '
                        'not per 256 images'),

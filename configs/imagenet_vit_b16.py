@@ -21,8 +21,8 @@ PAPER = paper.Paper(
     source=('Touvron, Cord, Douze, Massa, Sablayrolles, Jegou 2021, "Training '
             'data-efficient image transformers & distillation through attention", '
             'arXiv:2012.12877, Tables 8 and 9; where the table is silent, the '
-            'defaults of its repository (github.com/facebookresearch/deit, main.py '
-            'and samplers.py)'),
+            'defaults of its repository (github.com/facebookresearch/deit, its '
+            'training script and sampler)'),
     settings={
         'model.name': ('vit_b16', 'DeiT-B: the ViT-B/16 architecture'),
         'data.image_size': (224, 'Table 8: "pre-trained 224^2"'),
@@ -51,7 +51,7 @@ PAPER = paper.Paper(
                               'batch one or the other'),
         'data.random_erasing_prob': (0.25, 'Table 9: erasing 0.25 (--reprob 0.25, '
                                      '--remode pixel)'),
-        'data.repeated_augmentation': (3, 'Table 9: repeated augmentation; samplers.py '
+        'data.repeated_augmentation': (3, 'Table 9: repeated augmentation; its sampler '
                                        'repeats each image 3 times in an epoch of the '
                                        "data set's length"),
     },
