@@ -39,11 +39,11 @@ PAPER = paper.Paper(
         'momentum': (0.9, '--momentum=0.9'),
         'nesterov': (False, 'the reference optimiser: use_nesterov=False'),
         'learning_rate': (10.0, '--base_learning_rate=10.0, the peak rate itself'),
-        'lr_scaling': ('none', 'the reference sets the peak per batch (lars_util.py), '
+        'lr_scaling': ('none', 'the reference sets the peak per batch, '
                        'not per 256 images'),
         'warmup_epochs': (5.0, '--warmup_epochs=5, linear from 0'),
         'lr_schedule': ('poly', '--lr_schedule=polynomial'),
-        'lr_poly_power': (2.0, 'lars_util.py: PolynomialDecay, power=2.0'),
+        'lr_poly_power': (2.0, 'the reference schedule: PolynomialDecay, power=2.0'),
         'num_epochs': (42.0, '--train_epochs=42'),
         'weight_decay': (2e-4, '--weight_decay=0.0002'),
         'label_smoothing': (0.1, '--label_smoothing=0.1'),
@@ -58,7 +58,7 @@ PAPER = paper.Paper(
                 'mean of runs'),
     deviations=(
         'the decay ends at 0 at the last step; the reference\'s ends at 0.0001 one '
-        'step later (lars_util.py: end_learning_rate, decay_steps + 1): 1e-5 of the '
+        'step later (the reference schedule\'s end rate and decay steps + 1): 1e-5 of the '
         'peak, so lr_schedule=poly needs no end-rate key',
         'the trust ratio divides by |g + wd * w| (optax.lars); the reference\'s by '
         '|g| + wd * |w|, which is never smaller: this ratio is the same or larger',
