@@ -100,8 +100,11 @@ def measure(processes: int, model: str, batches: list[int], steps: int, root: st
         'predicted_step_s': predicted['step_s'],
         'error': predicted['step_s'] / measured - 1,
         'predicted_parts_s': {k: predicted[k] for k in
-                              ('compute_s', 'update_s', 'fixed_s', 'latency_s', 'bandwidth_s')},
+                              ('compute_s', 'update_s', 'fixed_s', 'arrays_s', 'bandwidth_s')},
         'probe_collectives': probe['step_program']['count'],
+        'probe_arrays': probe['step_program']['operands'],
+        'probe_fixed_cost_s': probe['step_fixed_cost']['fixed_cost_s'],
+        'probe_per_operand_s': probe['step_fixed_cost']['per_operand_s'],
         'probe_elapsed_s': probe['elapsed_s']})
   return rows
 

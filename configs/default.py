@@ -154,7 +154,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.probe.num_sizes = 6  # message sizes timed, log-spaced from the smallest to the largest
   config.probe.repeats = 5  # timed calls per collective and size, and per per-device batch of the model (median; plan.per_worker_batch_sizes are the batches)
   config.probe.ops_per_call = 4  # collectives chained in one program call, which share the call's dispatch (a step's collectives run inside one program)
-  config.probe.step_repeats = 20  # timed steps of the tiny model whose time on all devices, less on one, is a step's fixed cost (median)
+  config.probe.step_repeats = 20  # timed steps (median) of each tiny model whose time on all devices, less on one, gives a step's fixed cost and its cost per array of its all-reduce
   config.probe.host_grouping = 'auto'  # which devices form a host: process (each process's own), hostname (the processes of one machine together), auto (process on CPU, whose processes talk over gloo's sockets even on one machine; hostname on GPUs and TPUs)
   config.probe.input_batches = 10  # real data (data.source other than synthetic): host batches of the input pipeline timed alone, after one warm-up batch
 

@@ -5,26 +5,26 @@ probe/run.py's docstring).
 
 A step over n devices at per-device batch b takes
 
-  T(b, n) = T_C(b) + T_update + T_fixed + k * alpha(n) + bytes * (2(n-1)/n) / busbw
+  T(b, n) = T_C(b) + T_update + T_fixed + k * c(n) + bytes * (2(n-1)/n) / busbw
 
 - T_C(b): the model's gradient program at b, every device at once
   (compute.points);
 - T_update: the optimiser's update (update.update_s);
-- T_fixed: a step's fixed cost (step_fixed_cost.fixed_cost_s, a tiny
-  model's data-parallel step less its step on one device) less the one small
-  all-reduce's latency it holds, which k * alpha(n) counts;
+- T_fixed and c(p): what a step pays whatever it moves, and per array of
+  its all-reduce (step_fixed_cost: fixed_cost_s and per_operand_s, fitted
+  to a tiny model's data-parallel steps of several array counts, each less
+  its step on one device: probe/step_cost.py);
 - k, bytes: the arrays the model's compiled SPMD step moves in its
   collectives, and their bytes (step_program: operands, bytes): the
   gradients (XLA combines them into few collectives, whose arrays a library
-  such as gloo still moves one by one, each at a latency) and batch norm's
-  statistics, in sequence;
-- alpha(n), busbw: the fit of an all-reduce over all the probe's p devices
-  (collectives.all_devices, or inter_host with one device a host; with one
-  host, intra_host), alpha(p) * (n-1)/(p-1)
-  for n devices (a ring's steps), and the bus bandwidth, which a ring's
-  2(n-1)/n share of the bytes moves at.
-At n = p, k * alpha(p) + bytes / algbw: each collective as the probe timed
-it. Nothing here reads a training run's times.
+  such as gloo still moves one by one) and batch norm's statistics;
+- busbw: the bus bandwidth of the all-reduce fit over all the probe's p
+  devices (collectives.all_devices, or inter_host with one device a host;
+  with one host, intra_host), which a ring's 2(n-1)/n share of the bytes
+  moves at.
+For n devices other than p, a ring's steps scale the per-array cost:
+c(n) = c(p) * (n-1)/(p-1). At n = p, every figure is the probe's own.
+Nothing here reads a training run's times.
 """
 
 import dataclasses
@@ -35,7 +35,7 @@ from core import units
 from core.errors import UsageError
 
 PROBE_FILE = 'probe.json'
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def load(directory: str) -> dict:
@@ -72,23 +72,25 @@ def check_same_model(probe: dict, config) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Network:
-  """An all-reduce over the probe's p devices: latency and bus bandwidth."""
+  """An all-reduce over the probe's p devices: its bus bandwidth."""
   participants: int
-  latency_s: float
   busbw_bytes_per_s: float
   level: str  # which of the probe's levels it comes from
-
-  def latency_at(self, n: int) -> float:
-    """One all-reduce's latency over n devices: a ring's 2(n-1) steps."""
-    if n <= 1:
-      return 0.0
-    return self.latency_s * (n - 1) / max(self.participants - 1, 1)
 
   def bandwidth_s(self, nbytes: float, n: int) -> float:
     """The bytes' time: each device moves 2(n-1)/n of them."""
     if n <= 1:
       return 0.0
     return nbytes * 2 * (n - 1) / n / self.busbw_bytes_per_s
+
+
+def per_operand_s(probe: dict, n: int) -> float:
+  """What each array of a step's all-reduce costs over n devices: the
+  probe's per_operand_s over its p, scaled by a ring's steps, (n-1)/(p-1)."""
+  step = probe['step_fixed_cost']
+  if n <= 1:
+    return 0.0
+  return step['per_operand_s'] * (n - 1) / max(step['participants'] - 1, 1)
 
 
 def network(probe: dict) -> Network:
@@ -99,7 +101,7 @@ def network(probe: dict) -> Network:
     entry = probe['collectives'].get(level, {})
     if entry.get('measured') and entry['all_reduce']['busbw_gbps']:
       fit = entry['all_reduce']
-      return Network(entry['participants'], fit['latency_s'],
+      return Network(entry['participants'],
                      units.gbps_to_bytes_per_s(fit['busbw_gbps']), level)
   raise UsageError('plan.probe: the probe measured no all-reduce across devices (one '
                    'device in all); probe a job of at least two devices')
@@ -115,12 +117,11 @@ def step_parts(probe: dict, per_device_batch: int, num_devices: int | None = Non
   net = network(probe)
   n = num_devices or probe['provenance']['device_count']
   program = probe['step_program']
-  fixed = max(probe['step_fixed_cost']['fixed_cost_s'] - net.latency_at(net.participants), 0.0)
   parts = {
       'compute_s': points[per_device_batch],
       'update_s': probe['update']['update_s'],
-      'fixed_s': fixed if n > 1 else 0.0,
-      'latency_s': program['operands'] * net.latency_at(n),
+      'fixed_s': probe['step_fixed_cost']['fixed_cost_s'] if n > 1 else 0.0,
+      'arrays_s': program['operands'] * per_operand_s(probe, n),
       'bandwidth_s': net.bandwidth_s(program['bytes'], n),
   }
   parts['step_s'] = sum(parts.values())
@@ -150,7 +151,8 @@ def sources(probe: dict) -> dict:
       'update_s': 'probe (update.update_s)',
       'fixed_s': 'probe (step_fixed_cost.fixed_cost_s)',
       'collectives': 'probe (step_program: the arrays of the compiled step\'s collectives, read, not run)',
-      'latency_and_bandwidth': f'probe (collectives.{net.level}.all_reduce fit)',
-      'more_devices': 'extrapolated: a ring over n devices (latency x (n-1)/(p-1), '
+      'per_array': 'probe (step_fixed_cost.per_operand_s: a tiny model\'s steps)',
+      'bandwidth': f'probe (collectives.{net.level}.all_reduce fit)',
+      'more_devices': 'extrapolated: a ring over n devices (per-array cost x (n-1)/(p-1), '
                       'bytes x 2(n-1)/n at the bus bandwidth)',
   }

@@ -32,7 +32,15 @@ class Fit:
 def fit_latency_bandwidth(message_bytes, times_s) -> Fit:
   """Fits t = latency + bytes / bandwidth to the points, latency and
   1/bandwidth >= 0. Needs two distinct sizes and times > 0."""
-  x = np.asarray(message_bytes, np.float64)
+  a, b, worst = fit_line(message_bytes, times_s)
+  return Fit(latency_s=a, bytes_per_s=1.0 / b if b > 0 else math.inf,
+             max_relative_residual=worst)
+
+
+def fit_line(x, times_s) -> tuple[float, float, float]:
+  """(a, b, worst relative residual) of t = a + b * x, a and b >= 0, by
+  least squares of relative residuals. Needs two distinct x and times > 0."""
+  x = np.asarray(x, np.float64)
   t = np.asarray(times_s, np.float64)
   if x.shape != t.shape or len(np.unique(x)) < 2:
     raise ValueError('a fit needs times at two or more distinct sizes')
@@ -55,9 +63,7 @@ def fit_latency_bandwidth(message_bytes, times_s) -> Fit:
     if a >= 0 and b >= 0:
       candidates.append((float(a), float(b)))
   a, b = min(candidates, key=lambda ab: residual(*ab))
-  worst = float(np.max(np.abs(t - a - b * x) / t))
-  return Fit(latency_s=a, bytes_per_s=1.0 / b if b > 0 else math.inf,
-             max_relative_residual=worst)
+  return a, b, float(np.max(np.abs(t - a - b * x) / t))
 
 
 def bus_factor(op: str, participants: int) -> float:

@@ -55,10 +55,10 @@ def summary(record: dict, path: str) -> str:
     for op in ('all_reduce', 'all_gather'):
       lines.append(_op_line(op, entry[op], entry['configured_gbps']))
   s = record['step_fixed_cost']
-  lines.append(f'fixed cost of a data-parallel step: {seconds(s["fixed_cost_s"])} (a tiny '
-               f'model\'s step on all {s["participants"]} devices '
-               f'{seconds(s["all_devices_step_s"])}, on one device '
-               f'{seconds(s["one_device_step_s"])})')
+  extras = ', '.join(f'{q["operands"]} arrays {seconds(q["extra_s"])}' for q in s['points'])
+  lines.append(f'a data-parallel step beyond its compute: fixed {seconds(s["fixed_cost_s"])} '
+               f'+ {seconds(s["per_operand_s"])} per array of its all-reduce (a tiny '
+               f'model\'s step on all {s["participants"]} devices less on one: {extras})')
   c = record['compute']
   lines.append(f'compute of {record["model"]["name"]} (forward and backward on each '
                'device at once, slowest process):')

@@ -6,11 +6,11 @@ replacing an earlier one, and prints its summary (probe/report.py). Nothing
 else stays in the work dir (run.lock only while it runs). docs/probe.md is
 the user's guide; this docstring is the schema.
 
-probe.json (schema_version 1). Units are in the names: `_s` seconds,
+probe.json (schema_version 2). Units are in the names: `_s` seconds,
 `_bytes` bytes, `_gbps` Gbit/s (10^9 bits per second), `_bytes_per_s`.
 A figure that cannot be had is null, never absent.
 
-- schema_version: 1.
+- schema_version: 2.
 - provenance: date (UTC, ISO 8601), commit (git HEAD, "-dirty" when tracked
   files differ), command (argv), platform, device_kind, process_count,
   device_count, devices_per_process [by process index], host_names [by
@@ -44,10 +44,15 @@ A figure that cannot be had is null, never absent.
   Levels (probe/hosts.py): intra_host: each host's devices, every host at
   once; inter_host: one device per host; all_devices: every device in one
   collective.
-- step_fixed_cost: tiny_model (its layer widths), gradient_bytes,
-  per_device_batch, participants, all_devices_step_s and one_device_step_s
-  (slowest process's median) with their _by_process lists, fixed_cost_s =
-  all_devices_step_s - one_device_step_s (probe/step_cost.py).
+- step_fixed_cost: what a step pays beyond its compute and its bytes
+  (probe/step_cost.py): tiny_model {inputs, hidden, classes},
+  per_device_batch, participants, points [{operands (the arrays of its
+  all-reduce), gradient_bytes, all_devices_step_s and one_device_step_s
+  (slowest process's median) with their _by_process lists, extra_s =
+  all_devices_step_s - one_device_step_s}], fixed_cost_s and per_operand_s
+  (fitted: extra_s = fixed_cost_s + operands * per_operand_s, least squares
+  of relative residuals, both >= 0; 0 with one device in all),
+  max_relative_residual (null with one device).
 - compute: what (one sentence), devices_per_process, capacity_bytes (per
   device; null: not known, every batch tried), points [{per_device_batch,
   compute_s (slowest process's median), compute_s_by_process,
@@ -97,8 +102,9 @@ from trainer import memory
 from core import units
 from trainer import workdir_lock
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESULT_FILE_NAME = 'probe.json'
+_MIN_EXTRA_S = 1e-7  # the least extra time of a step on every device fitted
 _GROUPING_WHY = {
     'process': ("each process's devices form a host: on CPU, processes exchange "
                 "collectives over gloo's sockets even on one machine, as separate "
@@ -239,13 +245,20 @@ def _time_collectives(probe, topology, levels, sizes, me) -> dict:
   return times
 
 
-def _time_step(repeats: int) -> dict:
-  everywhere = step_cost.TinyStep(jax.devices())
-  alone = step_cost.TinyStep(jax.local_devices()[:1])
-  processes.barrier()
-  all_devices_s = everywhere.median_s(repeats)
-  processes.barrier()
-  return {'all_devices_step_s': all_devices_s, 'one_device_step_s': alone.median_s(repeats)}
+def _time_step(repeats: int) -> list[dict]:
+  """The tiny step on every device and on this process's first device, at
+  each of step_cost.OPERAND_COUNTS; every process times the former
+  together."""
+  points = []
+  for operands in step_cost.OPERAND_COUNTS:
+    everywhere = step_cost.TinyStep(jax.devices(), operands)
+    alone = step_cost.TinyStep(jax.local_devices()[:1], operands)
+    processes.barrier()
+    all_devices_s = everywhere.median_s(repeats)
+    processes.barrier()
+    points.append({'all_devices_step_s': all_devices_s,
+                   'one_device_step_s': alone.median_s(repeats)})
+  return points
 
 
 # --- Combining the processes' figures (the same on every process) ---------------
@@ -285,18 +298,30 @@ def _level_record(level, topology, by_process, sizes, configured) -> dict:
 
 
 def _step_record(by_process) -> dict:
-  steps = [p['step'] for p in by_process]
-  everywhere = [s['all_devices_step_s'] for s in steps]
-  alone = [s['one_device_step_s'] for s in steps]
-  return {
-      'tiny_model': list(step_cost.TINY_LAYERS),
-      'gradient_bytes': step_cost.gradient_bytes(),
+  points = []
+  for i, operands in enumerate(step_cost.OPERAND_COUNTS):
+    everywhere = [p['step'][i]['all_devices_step_s'] for p in by_process]
+    alone = [p['step'][i]['one_device_step_s'] for p in by_process]
+    points.append({
+        'operands': operands, 'gradient_bytes': step_cost.gradient_bytes(operands),
+        'all_devices_step_s': max(everywhere), 'all_devices_step_s_by_process': everywhere,
+        'one_device_step_s': max(alone), 'one_device_step_s_by_process': alone,
+        'extra_s': max(everywhere) - max(alone)})
+  record = {
+      'tiny_model': {'inputs': step_cost.TINY_INPUT, 'hidden': step_cost.TINY_HIDDEN,
+                     'classes': step_cost.TINY_CLASSES},
       'per_device_batch': step_cost.TINY_BATCH,
       'participants': len(jax.devices()),
-      'all_devices_step_s': max(everywhere), 'all_devices_step_s_by_process': everywhere,
-      'one_device_step_s': max(alone), 'one_device_step_s_by_process': alone,
-      'fixed_cost_s': max(everywhere) - max(alone),
+      'points': points, 'fixed_cost_s': 0.0, 'per_operand_s': 0.0,
+      'max_relative_residual': None,
   }
+  if record['participants'] > 1:
+    # A step on every device never costs less than on one: less is the
+    # timers' noise, kept above zero for the fit.
+    fixed, per_operand, worst = fit_lib.fit_line(
+        [q['operands'] for q in points], [max(q['extra_s'], _MIN_EXTRA_S) for q in points])
+    record.update(fixed_cost_s=fixed, per_operand_s=per_operand, max_relative_residual=worst)
+  return record
 
 
 def _compute_record(by_process, config, capacity) -> dict:

@@ -1,17 +1,29 @@
-"""What one data-parallel step pays whatever its bytes: its fixed cost.
+"""What one data-parallel step pays beyond its compute and its bytes.
 
-A tiny model (an MLP of TINY_LAYERS float32 units, a few kB of parameters)
-takes a data-parallel SGD step: each device computes the gradients of its
-TINY_BATCH examples, the gradients are averaged over every device of every
-process (one all-reduce of a few kB, latency-bound), and each device
-updates its copy. The same step on one device, without the all-reduce, is
-its compute alone. Both are timed as a trainer times its steps, one step
-after another, each waited for.
+A tiny model (an MLP of TINY_INPUT inputs, TINY_HIDDEN-unit layers and
+TINY_CLASSES outputs, a few kB of parameters) takes a data-parallel SGD
+step: each device computes the gradients of its TINY_BATCH examples, the
+gradients are averaged over every device of every process, and each device
+updates its copy. XLA combines the average into one all-reduce of every
+parameter array (two a layer); the same step on one device, without the
+all-reduce, is its compute alone. Both are timed as a trainer times its
+steps, one step after another, each waited for.
 
-fixed cost = the step on every device - the step on one device: the
-dispatch of a program over many devices in many processes, their
-synchronisation, and the chain of latencies of one small all-reduce. A step
-of any model pays it on top of its compute and its bytes / bandwidth.
+A step's extra time on every device, extra = (step on every device) - (step
+on one device), is timed at several array counts k (OPERAND_COUNTS, the
+same tiny arrays, more layers) and fitted as
+
+  extra(k) = fixed_cost_s + k * per_operand_s
+
+- fixed_cost_s: what a step pays whatever it moves (the dispatch of a
+  program over many devices in many processes, their synchronisation);
+- per_operand_s: what each array of a step's all-reduce adds. A library
+  that moves the arrays of one collective one by one (gloo does, each at a
+  latency) pays it per array; one that groups them (NCCL) pays little.
+Both are measured as a step pays them, inside a program that also
+computes, where a chain of bare collectives (probe/collectives.py) may run
+at another pace. The planner multiplies per_operand_s by the arrays of the
+model's own step (planner/from_probe.py).
 """
 
 import jax
@@ -21,19 +33,28 @@ import numpy as np
 from core import timing
 
 AXIS = 'devices'
-TINY_LAYERS = (64, 16, 16, 10)  # input features, hidden units, classes
+TINY_INPUT, TINY_HIDDEN, TINY_CLASSES = 64, 16, 10
 TINY_BATCH = 8  # examples per device
+# The arrays of the tiny step's all-reduce (two a layer): 1, 4 and 16 layers.
+OPERAND_COUNTS = (2, 8, 32)
 _LEARNING_RATE = 0.01
 
 
-def tiny_params() -> list:
+def tiny_widths(operands: int) -> tuple[int, ...]:
+  """The layer widths of the tiny MLP whose gradients are `operands` arrays."""
+  layers = operands // 2
+  return (TINY_INPUT,) + (TINY_HIDDEN,) * (layers - 1) + (TINY_CLASSES,)
+
+
+def tiny_params(operands: int) -> list:
   rng = np.random.default_rng(0)
+  widths = tiny_widths(operands)
   return [(rng.normal(0, 0.1, (a, b)).astype(np.float32), np.zeros(b, np.float32))
-          for a, b in zip(TINY_LAYERS[:-1], TINY_LAYERS[1:])]
+          for a, b in zip(widths[:-1], widths[1:])]
 
 
-def gradient_bytes() -> int:
-  return sum(w.nbytes + b.nbytes for w, b in tiny_params())
+def gradient_bytes(operands: int) -> int:
+  return sum(w.nbytes + b.nbytes for w, b in tiny_params(operands))
 
 
 def _loss(params, x, y):
@@ -51,9 +72,10 @@ def _step(params, x, y):
 
 
 class TinyStep:
-  """The tiny model's step compiled over `devices`, with its inputs there."""
+  """The tiny model of `operands` gradient arrays, its step compiled over
+  `devices`, with its inputs there."""
 
-  def __init__(self, devices):
+  def __init__(self, devices, operands: int):
     mesh = jax.make_mesh((len(devices),), (AXIS,), devices=devices,
                          axis_types=(jax.sharding.AxisType.Explicit,))
     replicated = jax.sharding.NamedSharding(mesh, jax.P())
@@ -66,9 +88,13 @@ class TinyStep:
     rng = np.random.default_rng(1)
     n = TINY_BATCH * len(devices)
     put = lambda a, s: jax.make_array_from_callback(a.shape, s, lambda i: a[i])
-    self._params = jax.tree.map(lambda a: put(a, replicated), tiny_params())
-    self._x = put(rng.normal(size=(n, TINY_LAYERS[0])).astype(np.float32), split)
-    self._y = put(rng.integers(0, TINY_LAYERS[-1], n).astype(np.int32), split)
+    self._params = jax.tree.map(lambda a: put(a, replicated), tiny_params(operands))
+    self._x = put(rng.normal(size=(n, TINY_INPUT)).astype(np.float32), split)
+    self._y = put(rng.integers(0, TINY_CLASSES, n).astype(np.int32), split)
+
+  def compiled_text(self) -> str:
+    """The compiled step's HLO (tests read its all-reduce's arrays)."""
+    return self._program.lower(self._params, self._x, self._y).compile().as_text()
 
   def _one_step(self):
     self._params = jax.block_until_ready(self._program(self._params, self._x, self._y))

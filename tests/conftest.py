@@ -7,9 +7,11 @@ cache (the one `runtime.compilation_cache_dir` turns on) lets every process
 of the session load a program compiled before. It starts empty each session,
 so no test depends on an earlier session's programs. Under pytest-xdist
 (the README's command runs one worker per core) the workers share the
-controller's cache.
+controller's cache, and the shapes data set that the end-to-end tests train
+on, generated once.
 """
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -24,10 +26,12 @@ os.environ['XLA_FLAGS'] = (
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # An xdist worker inherits the controller's environment, cache included.
 _OWNS_CACHE = 'PYTEST_XDIST_WORKER' not in os.environ
+_SHARED_DATA = 'IMAGETRAIN_TEST_SHARED_DATA'
 if _OWNS_CACHE:
   # Read by JAX in this process and in every main.py the tests start.
   os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(
       prefix='imagetrain-test-xla-cache-')
+  os.environ[_SHARED_DATA] = tempfile.mkdtemp(prefix='imagetrain-test-data-')
 # Every program, however small: a run compiles about ten of under 0.5 s.
 os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
 
@@ -38,9 +42,15 @@ def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
   if _OWNS_CACHE:
     shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
+    shutil.rmtree(os.environ[_SHARED_DATA], ignore_errors=True)
 
 
 @pytest.fixture(scope='session')
-def shapes_dir(tmp_path_factory):
-  """Where the shapes data set is generated once for the whole session."""
-  return str(tmp_path_factory.mktemp('data') / 'shapes')
+def shapes_dir():
+  """The shapes data set, generated once for the whole session (about 10 s of
+  CPU): the first worker to need it generates it, the others wait for it."""
+  from input_pipeline import shapes  # pylint: disable=g-import-not-at-top
+  root = os.path.join(os.environ[_SHARED_DATA], 'shapes')
+  with open(root + '.lock', 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    return shapes.ensure(root)

@@ -459,10 +459,13 @@ def test_deit_values_are_accepted():
 
 
 def test_two_steps_with_every_augmentation_on_train_and_evaluate(
-    tmp_path, shapes_dir):
+    tmp_path, image_folder):
   workdir = str(tmp_path / 'run')
-  flags = tiny_run_flags(shapes_dir, num_train_steps=2, log_every_steps=1,
-                         eval_every_steps=2, **{'checkpoint.every_steps': 2},
+  # This module's folder of textured images, not the shapes data set: no
+  # image of it is checked, and it needs no generating.
+  flags = tiny_run_flags(image_folder, num_train_steps=2, log_every_steps=1,
+                         eval_every_steps=2, **{'checkpoint.every_steps': 2,
+                                                'data.source': 'folder'},
                          **{'data.image_size': SIZE, 'mixup_alpha': 0.8,
                             'cutmix_alpha': 1.0,
                             **{f'data.{k}': v for k, v in DEIT_KEYS.items()}})

@@ -15,11 +15,11 @@ from tests.helpers import run_main
 GBPS = 8.0  # bus bandwidth of the fake network, Gbit/s: 1e9 bytes/s
 
 
-def _probe(compute_s=0.100, latency_s=0.002, busbw_gbps=GBPS, fixed_s=0.010,
+def _probe(compute_s=0.100, per_operand_s=0.002, busbw_gbps=GBPS, fixed_s=0.010,
            update_s=0.005, count=5, nbytes=4e6, devices=4):
   """A probe.json of `devices` one-device hosts, every figure chosen."""
   return {
-      'schema_version': 1,
+      'schema_version': 2,
       'provenance': {'device_count': devices, 'date': '2026-12-02T00:00:00Z'},
       'model': {'name': 'resnet18', 'width': 4, 'image_size': 16},
       'hosts': {'devices_per_host': [1] * devices},
@@ -27,8 +27,9 @@ def _probe(compute_s=0.100, latency_s=0.002, busbw_gbps=GBPS, fixed_s=0.010,
           'intra_host': {'measured': False, 'reason': 'one device a host'},
           'inter_host': {'measured': False, 'reason': 'not needed here'},
           'all_devices': {'measured': True, 'participants': devices,
-                          'all_reduce': {'latency_s': latency_s, 'busbw_gbps': busbw_gbps}}},
-      'step_fixed_cost': {'fixed_cost_s': fixed_s},
+                          'all_reduce': {'latency_s': 0.001, 'busbw_gbps': busbw_gbps}}},
+      'step_fixed_cost': {'participants': devices, 'fixed_cost_s': fixed_s,
+                          'per_operand_s': per_operand_s},
       'compute': {'points': [{'per_device_batch': 8, 'compute_s': compute_s},
                              {'per_device_batch': 16, 'compute_s': 2 * compute_s}]},
       'update': {'update_s': update_s},
@@ -36,24 +37,29 @@ def _probe(compute_s=0.100, latency_s=0.002, busbw_gbps=GBPS, fixed_s=0.010,
   }
 
 
-def test_the_step_adds_compute_update_fixed_cost_latencies_and_bytes():
+def test_the_step_adds_compute_update_fixed_cost_arrays_and_bytes():
   parts = from_probe.step_parts(_probe(), 8)
   bytes_s = 4e6 * 2 * 3 / 4 / units.gbps_to_bytes_per_s(GBPS)
   assert parts == pytest.approx({
-      'compute_s': 0.100, 'update_s': 0.005,
-      'fixed_s': 0.010 - 0.002,  # the tiny step's one all-reduce is counted below
-      'latency_s': 5 * 0.002, 'bandwidth_s': bytes_s,
-      'step_s': 0.100 + 0.005 + 0.008 + 0.010 + bytes_s})
-  # More devices of the same kind: a ring's latency grows with its steps.
+      'compute_s': 0.100, 'update_s': 0.005, 'fixed_s': 0.010,
+      'arrays_s': 5 * 0.002,  # 5 arrays in the step's collectives, 2 ms each
+      'bandwidth_s': bytes_s,
+      'step_s': 0.100 + 0.005 + 0.010 + 0.010 + bytes_s})
+  # The chained all-reduces' latency is reported, not used: a step pays the
+  # tiny steps' per-array cost.
+  other_latency = _probe()
+  other_latency['collectives']['all_devices']['all_reduce']['latency_s'] = 1.0
+  assert from_probe.step_parts(other_latency, 8) == parts
+  # More devices of the same kind: a ring's per-array cost grows with its steps.
   eight = from_probe.step_parts(_probe(), 8, num_devices=8)
-  assert eight['latency_s'] == pytest.approx(5 * 0.002 * 7 / 3)
+  assert eight['arrays_s'] == pytest.approx(5 * 0.002 * 7 / 3)
   assert eight['bandwidth_s'] == pytest.approx(4e6 * 2 * 7 / 8 / 1e9)
   assert from_probe.step_parts(_probe(), 16, num_devices=1)['step_s'] == pytest.approx(0.205)
 
 
 @pytest.mark.parametrize('wrong,part', [
     (dict(compute_s=0.200), 'compute_s'), (dict(busbw_gbps=GBPS / 2), 'bandwidth_s'),
-    (dict(latency_s=0.004), 'latency_s')])
+    (dict(per_operand_s=0.004), 'arrays_s'), (dict(fixed_s=0.020), 'fixed_s')])
 def test_a_probe_wrong_by_2x_makes_the_prediction_wrong_by_that_part(wrong, part):
   """The prediction is the probe's figures and nothing else: doubling one
   of them moves the step by exactly that part's own time."""
@@ -69,7 +75,7 @@ def test_a_probe_that_cannot_plan_is_refused_in_one_line(tmp_path):
   with pytest.raises(UsageError, match='no probe.json there'):
     from_probe.load(str(tmp_path))
   (tmp_path / 'probe.json').write_text('{"schema_version": 0}')
-  with pytest.raises(UsageError, match='not a probe of schema 1'):
+  with pytest.raises(UsageError, match='not a probe of schema 2'):
     from_probe.load(str(tmp_path))
   one_device = _probe(devices=1)
   one_device['collectives']['all_devices'] = {'measured': False, 'reason': 'one device'}
@@ -95,7 +101,7 @@ def test_plan_mode_reads_a_probe_and_says_where_each_figure_came_from(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   plan = json.loads((tmp_path / 'plan' / 'plan.json').read_text())
   assert plan['source'] == 'probe' and plan['cluster']['num_workers'] == 8
-  assert set(plan['inputs_from']) >= {'compute_s', 'latency_and_bandwidth', 'fixed_s'}
+  assert set(plan['inputs_from']) >= {'compute_s', 'per_array', 'bandwidth', 'fixed_s'}
   row = next(r for r in plan['predicted']
              if r['num_devices'] == 4 and r['per_device_batch'] == 8)
   assert row['step_s'] == pytest.approx(from_probe.step_parts(_probe(), 8)['step_s'])

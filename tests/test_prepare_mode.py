@@ -52,7 +52,7 @@ def test_prepare_refuses_to_run_as_several_processes():
 
 def test_main_prepares_shapes_and_writes_nothing_in_the_workdir(shapes_dir,
                                                                 tmp_path):
-  # The session's shapes data set: generated here if no test made it yet.
+  # The session's shapes data set, which its fixture has generated.
   done = 'already generated' if shapes.is_complete(shapes_dir) else 'generated'
   workdir = tmp_path / 'work'
   result = run_main('--mode=prepare', f'--workdir={workdir}',

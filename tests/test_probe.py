@@ -12,12 +12,15 @@ import math
 import os
 import types
 
+import jax
 import numpy as np
 import pytest
 
 from configs import default
 from core.errors import UsageError
 from probe import fit as fit_lib
+from probe import run as probe_run
+from probe import step_cost
 from probe import step_program
 from probe import hosts
 from probe import settings
@@ -64,6 +67,39 @@ def test_fit_keeps_latency_and_inverse_bandwidth_non_negative():
   assert steep.latency_s == 0 and 0.9e9 < steep.bytes_per_s < 1.1e9
   with pytest.raises(ValueError):
     fit_lib.fit_latency_bandwidth([1e3, 1e3], [1e-3, 2e-3])  # one size
+
+
+def test_a_steps_fixed_cost_and_per_array_cost_are_fitted_over_its_array_counts(monkeypatch):
+  """extra = fixed + arrays * per_array, from two processes' tiny steps (the
+  slowest process's times), hand-computed: fixed 3 ms, 0.5 ms an array."""
+  monkeypatch.setattr(probe_run.jax, 'devices', lambda: [None] * 4)
+  def process(slower):
+    return {'step': [{'all_devices_step_s': 0.004 + 0.0005 * k + slower,
+                      'one_device_step_s': 0.001} for k in step_cost.OPERAND_COUNTS]}
+  record = probe_run._step_record([process(0.0), process(0.0)])
+  assert record['fixed_cost_s'] == pytest.approx(0.003)
+  assert record['per_operand_s'] == pytest.approx(0.0005)
+  assert record['max_relative_residual'] < 1e-9
+  assert [q['extra_s'] for q in record['points']] == pytest.approx(
+      [0.003 + 0.0005 * k for k in step_cost.OPERAND_COUNTS])
+  # The slowest process sets each step; one device in all has nothing to fit.
+  slow = probe_run._step_record([process(0.0), process(0.002)])
+  assert slow['fixed_cost_s'] == pytest.approx(0.005)
+  monkeypatch.setattr(probe_run.jax, 'devices', lambda: [None])
+  alone = probe_run._step_record([process(0.0)])
+  assert (alone['fixed_cost_s'], alone['per_operand_s'], alone['max_relative_residual']) == (
+      0.0, 0.0, None)
+
+
+def test_each_tiny_step_all_reduces_its_counted_arrays():
+  """The fit's x is right: XLA moves each tiny step's gradients in
+  all-reduces of exactly OPERAND_COUNTS arrays, read from the compiled step."""
+  for k in step_cost.OPERAND_COUNTS:
+    tiny = step_cost.TinyStep(jax.devices()[:2], k)
+    text = tiny.compiled_text()
+    found = [c for c in step_program.collectives_in(text) if c['op'] == 'all-reduce']
+    assert sum(c['operands'] for c in found) == k, found
+    assert sum(c['bytes'] for c in found) == step_cost.gradient_bytes(k)
 
 
 def test_bus_factors_follow_nccl():
@@ -176,7 +212,7 @@ def one_process_probe(tmp_path_factory):
 def test_one_process_probe_writes_every_field(one_process_probe):
   record, result, workdir = one_process_probe
   assert sorted(os.listdir(workdir)) == ['probe.json']  # the lock is gone
-  assert record['schema_version'] == 1
+  assert record['schema_version'] == 2
   p = record['provenance']
   assert (p['process_count'], p['device_count'], p['devices_per_process']) == (1, 4, [4])
   assert p['platform'] == 'cpu' and len(p['host_names']) == 1
@@ -199,10 +235,13 @@ def test_one_process_probe_writes_every_field(one_process_probe):
         'measured': False, 'reason': record['collectives'][level]['reason']}
     assert 'one host' in record['collectives'][level]['reason']
   step = record['step_fixed_cost']
-  assert step['participants'] == 4 and step['gradient_bytes'] > 0
-  assert step['fixed_cost_s'] == pytest.approx(
-      step['all_devices_step_s'] - step['one_device_step_s'])
-  assert step['one_device_step_s'] > 0
+  assert step['participants'] == 4
+  assert [q['operands'] for q in step['points']] == list(step_cost.OPERAND_COUNTS)
+  for q in step['points']:
+    assert q['gradient_bytes'] > 0 and q['one_device_step_s'] > 0
+    assert q['extra_s'] == pytest.approx(q['all_devices_step_s'] - q['one_device_step_s'])
+  assert step['fixed_cost_s'] >= 0 and step['per_operand_s'] >= 0
+  assert step['max_relative_residual'] is not None
   compute = record['compute']
   assert [q['per_device_batch'] for q in compute['points']] == [1, 2]
   assert compute['largest_fitting_batch'] == 2 and compute['stopped_by_memory'] is False
@@ -245,7 +284,7 @@ def test_two_processes_through_launch_py_time_the_collectives_between_them(tmp_p
   assert result.returncode == 0, result.stderr[-3000:]
   assert sorted(os.listdir(workdir)) == ['probe.json']
   record = json.loads((workdir / 'probe.json').read_text())
-  assert record['schema_version'] == 1
+  assert record['schema_version'] == 2
   assert record['host_input'] == {'measured': False, 'reason': record['host_input']['reason']}
   assert 'synthetic' in record['host_input']['reason']
   p = record['provenance']
@@ -268,7 +307,8 @@ def test_two_processes_through_launch_py_time_the_collectives_between_them(tmp_p
         assert len(point['time_s_by_process']) == 2
   assert collectives['inter_host']['configured_gbps'] == 10.0  # plan.link_bandwidth_gbps
   step = record['step_fixed_cost']
-  assert step['participants'] == 4 and len(step['all_devices_step_s_by_process']) == 2
+  assert step['participants'] == 4
+  assert all(len(q['all_devices_step_s_by_process']) == 2 for q in step['points'])
   assert len(record['compute']['points'][0]['compute_s_by_process']) == 2
   # Process 0 alone writes and speaks.
   assert result.stdout.count('probe: wrote') == 1
