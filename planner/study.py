@@ -7,7 +7,9 @@ runs for a few steps on synthetic data and records the median measured step
 time. The prediction for the cell uses only the planner's own measurements
 (T_C of the workers' program, S, the shards' update time, the host's copies
 and hand-offs) and the configured link; it never sees the engine's times,
-so the comparison can fail (tests/test_study_predictor.py). Cells are
+so the comparison can fail (tests/test_study_predictor.py). What depends
+on the host's speed is sampled between the engine's timed steps, so that
+both sides see the same moments of a machine whose speed drifts. Cells are
 appended to study.jsonl as they finish, so an interrupted study resumes
 where it stopped.
 """
@@ -39,6 +41,9 @@ from planner import report
 
 RESULTS_FILE = 'study.jsonl'
 _WARMUP_STEPS = 2
+# Runs of each timer per sample between two engine steps (after one untimed
+# run): one keeps a sample as close to its step as it can be.
+_SAMPLE_REPEATS = 1
 
 
 def study_engines(config) -> list[str]:
@@ -126,10 +131,11 @@ def cell_config(config, cell: dict):
 
 
 def measure_step_s(exp, steps: int, create_engine=engines.create_engine,
-                   warmup: int = _WARMUP_STEPS) -> tuple[float, dict]:
+                   warmup: int = _WARMUP_STEPS, between=None) -> tuple[float, dict]:
   """Median wall time of a step of the configured engine, and the mean of
   each of its step phases (engine.step_phases) over the `steps` timed steps
-  after `warmup` untimed ones."""
+  after `warmup` untimed ones. between(), if given, runs after each timed
+  step, outside its time (the planner's samples)."""
   engine = create_engine(exp)
   try:
     engine.start(state_lib.create_train_state(
@@ -146,6 +152,8 @@ def measure_step_s(exp, steps: int, create_engine=engines.create_engine,
       if i >= warmup:
         times.append(time.perf_counter() - start)
         records.append(record)
+        if between is not None:
+          between()
   finally:
     engine.close()
   split = {k: float(np.mean([r[k] for r in records])) for k in engine.step_phases}
@@ -158,12 +166,13 @@ class Predictor:
   `measurements` is where they come from (the measure module; tests give a
   fake). S and the shards' sizes are taken once. What depends on the
   host's speed (T_C, and for PS the update, the host's copies and
-  hand-offs) is measured for each cell, just before and just after the
-  engine runs it (`measure_now`), and the mean of the two taken: the speed
-  of this shared 2-core machine drifts by 10-30% over seconds (the same
-  program's median time moves that much between consecutive measurements),
-  and bracketing the cell keeps that drift out of the comparison. The
-  engine's own times are never used.
+  hand-offs) is measured for each cell once before the engine starts and
+  then after each of its timed steps (`measure_now`), and the median of
+  those samples taken: the speed of a shared 2-core machine drifts by
+  10-30% over seconds, so figures taken minutes, or even the length of a
+  cell, apart compare different machines; samples taken between the
+  engine's steps see the moments the steps see. The engine's own times are
+  never used.
   """
 
   def __init__(self, config, measurements=measure):
@@ -176,18 +185,19 @@ class Predictor:
       self._cache[key] = fn()
     return self._cache[key]
 
-  def compute_s(self, exp, cell: dict) -> float:
+  def compute_s(self, exp, cell: dict, repeats: int | None = None) -> float:
     """T_C: the median time of the workers' program alone, measured now
     (compiled once per model, N_w and batch)."""
     n, model = cell['num_workers'], cell['model']
     timer = self._once(('timer', model, n, cell['batch_size']),
                        lambda: self._measure.ComputeTimer(exp, n, cell['batch_size'] // n))
-    return timer.median_s(self._config.plan.repeats)
+    return timer.median_s(repeats or self._config.plan.repeats)
 
-  def measure_now(self, exp, cell: dict) -> dict:
-    """What the prediction takes from the host's speed, measured now:
-    {'compute_s': T_C, and for PS the HostTimer's times}."""
-    now = {'compute_s': self.compute_s(exp, cell)}
+  def measure_now(self, exp, cell: dict, repeats: int | None = None) -> dict:
+    """What the prediction takes from the host's speed, measured now, each
+    the median of `repeats` runs (default plan.repeats): {'compute_s': T_C,
+    and the engine's host timer's times}."""
+    now = {'compute_s': self.compute_s(exp, cell, repeats)}
     # The grid runs one model after another: an earlier model's timers
     # (its shards and buffers) are not needed again.
     self.close(keep_model=cell['model'])
@@ -197,7 +207,7 @@ class Predictor:
                           if k not in ('model', 'batch_size', 'bandwidth_gbps')))
     timer = self._once(('host', cell['model'], layout),
                        lambda: self._measure.host_timer(exp, cell))
-    now.update(timer.median_s(self._config.plan.repeats))
+    now.update(timer.median_s(repeats or self._config.plan.repeats))
     return now
 
   def close(self, keep_model: str | None = None) -> None:
@@ -207,7 +217,7 @@ class Predictor:
 
   def predict(self, exp, cell: dict, now: dict) -> dict:
     """The cell's step time under its engine, from measure_now's figures
-    (the mean of those before and after the cell)."""
+    (the median of the cell's samples)."""
     predictors = {'ps': self.predict_ps, 'allreduce': self.predict_allreduce}
     if cell['engine'] not in predictors:
       raise ValueError(f'no prediction for engine {cell["engine"]!r}')
@@ -308,18 +318,24 @@ def run_study(config, workdir: str) -> dict:
   """Runs the missing cells, then writes study.md and the plots."""
   with workdir_lock.hold(workdir, 'study', process_index=jax.process_index(),
                          process_count=jax.process_count()):
-    measure.reuse_compilations(tempfile.mkdtemp(prefix='study_xla_cache_'))
+    # A cache the run already has (runtime.compilation_cache_dir) serves as
+    # well, and keeps what an earlier study compiled.
+    if not jax.config.jax_compilation_cache_dir:
+      measure.reuse_compilations(tempfile.mkdtemp(prefix='study_xla_cache_'))
     return run_cells(config, workdir)
 
 
 def _run_cell(config, workdir: str, cell: dict, measure_step, predictor) -> dict:
-  """One cell's row: the engine's steps, bracketed by the planner's
-  measurements, and the prediction from those."""
+  """One cell's row: the engine's steps, the planner's samples of the
+  host's speed between them, and the prediction from those."""
   exp = experiment.build_experiment(cell_config(config, cell), workdir)
-  before = predictor.measure_now(exp, cell)
-  measured, split = measure_step(exp, config.study.steps)
-  after = predictor.measure_now(exp, cell)
-  prediction = predictor.predict(exp, cell, {k: (before[k] + after[k]) / 2 for k in before})
+  # Once before the engine starts (its timers compiled and warmed, with
+  # plan.repeats runs each), then once after each timed step.
+  samples = [predictor.measure_now(exp, cell)]
+  measured, split = measure_step(exp, config.study.steps, between=lambda: samples.append(
+      predictor.measure_now(exp, cell, repeats=_SAMPLE_REPEATS)))
+  prediction = predictor.predict(
+      exp, cell, {k: float(np.median([s[k] for s in samples])) for k in samples[0]})
   return {'cell': cell, 'measured_step_s': measured, **split, **prediction,
           'images_per_sec': cell['batch_size'] / measured,
           'error': (prediction['predicted_step_s'] - measured) / measured}
@@ -329,8 +345,9 @@ def run_cells(config, workdir: str, measure_step=measure_step_s,
               predictor: Predictor | None = None) -> dict:
   """Runs the cells not in study.jsonl yet and writes the report.
 
-  measure_step(exp, steps) -> (median step seconds, phase split) is the
-  study's only contact with the engine, and predictor its only source of
+  measure_step(exp, steps, between) -> (median step seconds, phase split),
+  calling between() after each timed step, is the study's only contact
+  with the engine, and predictor its only source of
   predictions: the two meet in the row's error and nowhere else (tests
   replace either to show that).
   """

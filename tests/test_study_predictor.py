@@ -88,8 +88,10 @@ TRUE_STEP_S = 0.050 + 0.016 + 0.010 + 0.016
 def _engine_off_by(factor: float):
   """A fake engine measurement: the true step time, and its phases, times
   `factor` (a slower or faster engine than the planner's measurements say)."""
-  def measure_step(exp, steps):
-    del exp, steps
+  def measure_step(exp, steps, between):
+    del exp
+    for _ in range(steps):
+      between()  # the planner's samples between the engine's steps
     phases = {'compute_s': 0.050, 'push_s': 0.016, 'update_s': 0.010, 'pull_s': 0.016,
               'wait_s': 0.0}
     return factor * TRUE_STEP_S, {k: factor * v for k, v in phases.items()}
@@ -117,6 +119,28 @@ def test_the_error_follows_the_engine_and_the_prediction_never_sees_it(tmp_path)
   assert rows[0.5]['error'] == pytest.approx(1.0)
   assert rows[2.0]['push_s'] == pytest.approx(2 * rows[1.0]['push_s'])  # the engine's own
   assert rows[1.0]['cell']['engine'] == 'ps'
+
+
+def test_the_prediction_takes_the_median_of_samples_between_the_engines_steps(tmp_path):
+  """T_C is sampled once before the engine and after each of its timed
+  steps; one slow moment among the samples does not move the prediction."""
+  config = _tiny_config(steps=2)
+  config.plan.repeats = 3
+  taken = []
+
+  class Drifting(FakeMeasurements):
+    class ComputeTimer(FakeMeasurements.ComputeTimer):
+      def median_s(self, repeats):
+        taken.append(repeats)
+        return (0.050, 0.500, 0.040)[len(taken) - 1]
+
+  predictor = study.Predictor(config, measurements=Drifting())
+  study.run_cells(config, str(tmp_path), measure_step=_engine_off_by(1.0), predictor=predictor)
+  [row] = [json.loads(l) for l in (tmp_path / 'study.jsonl').read_text().splitlines()]
+  # plan.repeats before the engine, one run per sample between its steps.
+  assert taken == [3, 1, 1]
+  assert row['compute_s_planned'] == 0.050
+  assert row['predicted_step_s'] == pytest.approx(TRUE_STEP_S)
 
 
 def test_the_host_overheads_add_to_the_formula_as_a_named_term():
@@ -233,7 +257,11 @@ def test_a_step_is_split_into_the_phases_its_engine_names(monkeypatch, tmp_path)
   def create(exp_):
     engines.append(FakeEngine(exp_))
     return engines[0]
-  _, split = study.measure_step_s(exp, 2, create_engine=create)
+  between = []
+  _, split = study.measure_step_s(exp, 2, create_engine=create,
+                                  between=lambda: between.append(engines[0].steps))
+  # The planner's samples run after each timed step, never after a warm-up one.
+  assert between == [study._WARMUP_STEPS + 1, study._WARMUP_STEPS + 2]  # pylint: disable=protected-access
   assert list(split) == list(FakeEngine.step_phases)
   # The timed steps follow the warm-up ones: compute_s counts the steps.
   first = study._WARMUP_STEPS + 1  # pylint: disable=protected-access
