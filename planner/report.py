@@ -319,6 +319,20 @@ def _cells_table(engine: str, rows) -> list[str]:
   return lines
 
 
+def _sampling(rows) -> str:
+  """How the rows' planner figures were taken, in words: sampled between
+  the engine's steps (rows that count their samples), or before and after
+  the cell (rows of studies from before the sampling)."""
+  if all('planner_samples' in r for r in rows):
+    return ("measured by the planner once before the engine starts and after "
+            "each of its timed steps, the median of those samples")
+  if any('planner_samples' in r for r in rows):
+    return ('measured by the planner before and after the cell, or, in rows '
+            'with planner_samples, between its timed steps')
+  return ('measured by the planner just before and just after the cell, mean '
+          'of the two medians')
+
+
 def write_study(rows, workdir: str) -> dict:
   """Writes study.md and the PNGs; returns the summary (MAPE, worst cell)."""
   summary = summarize(rows)
@@ -337,8 +351,7 @@ def write_study(rows, workdir: str) -> dict:
       *_mape_table(rows), '',
       LINK_BOUND_DEFINITION, '',
       'Measured: each engine\'s step, median of the timed steps. Predicted for '
-      'PS: T_C (the workers\' program alone, measured by the planner just '
-      'before and just after the cell, mean of the two medians) + push + '
+      f'PS: T_C (the workers\' program alone, {_sampling(rows)}) + push + '
       'update + pull from the planner\'s formulas with its measured S and '
       'update time and the configured link, + the host\'s copies to and from '
       'the devices, + the overhead of the emulation, measured by the planner '
@@ -350,8 +363,8 @@ def write_study(rows, workdir: str) -> dict:
       'the rings, measured by the planner without links, where the links do '
       'not hide it + the copies to and from the devices + the workers\' '
       'update program + the step\'s fixed bookkeeping, each measured by the '
-      'planner just before and just after the cell. G is the workers per '
-      'emulated host, which share one NIC.', '',
+      'planner as T_C is. G is the workers per emulated host, which share '
+      'one NIC.', '',
       '## Findings', '']
   for claim, supported, evidence in findings(rows):
     lines.append(f'- **{claim}**: {"supported" if supported else "not supported"} '

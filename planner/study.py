@@ -337,6 +337,7 @@ def _run_cell(config, workdir: str, cell: dict, measure_step, predictor) -> dict
   prediction = predictor.predict(
       exp, cell, {k: float(np.median([s[k] for s in samples])) for k in samples[0]})
   return {'cell': cell, 'measured_step_s': measured, **split, **prediction,
+          'planner_samples': len(samples),
           'images_per_sec': cell['batch_size'] / measured,
           'error': (prediction['predicted_step_s'] - measured) / measured}
 
