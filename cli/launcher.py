@@ -257,12 +257,23 @@ def _say(line: str) -> None:
 def run(main_py: str, args: list[str], num_processes: int,
         devices_per_process: int, port: int = 0) -> int:
   """Launches, forwards signals until done, prints the outcome; exit code."""
-  launch = Launch(main_py, args, num_processes, devices_per_process, port)
-  for i, p in enumerate(launch.processes):
-    _say(f'launch: process {i} is pid {p.pid}')
-  previous = {s: signal.signal(s, lambda signum, _: launch.forward(signum))
-              for s in FORWARDED}
+  launch, pending = None, []
+
+  def on_signal(signum, _):
+    if launch is None:
+      pending.append(signum)  # the processes are being started: sent once they are
+    else:
+      launch.forward(signum)
+
+  # Handled before any process starts: a signal between the start and the
+  # handler would kill the launcher alone and leave its processes running.
+  previous = {s: signal.signal(s, on_signal) for s in FORWARDED}
   try:
+    launch = Launch(main_py, args, num_processes, devices_per_process, port)
+    for signum in pending:
+      launch.forward(signum)
+    for i, p in enumerate(launch.processes):
+      _say(f'launch: process {i} is pid {p.pid}')
     code, message = launch.wait()
   finally:
     for s, handler in previous.items():

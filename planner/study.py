@@ -8,8 +8,9 @@ time. The prediction for the cell uses only the planner's own measurements
 (T_C of the workers' program, S, the shards' update time, the host's copies
 and hand-offs) and the configured link; it never sees the engine's times,
 so the comparison can fail (tests/test_study_predictor.py). What depends
-on the host's speed is sampled between the engine's timed steps, so that
-both sides see the same moments of a machine whose speed drifts. Cells are
+on the host's speed is sampled between the engine's timed steps, as close
+in time to them as the planner's figures can be on a machine whose speed
+drifts. Cells are
 appended to study.jsonl as they finish, so an interrupted study resumes
 where it stopped.
 """
@@ -170,9 +171,9 @@ class Predictor:
   then after each of its timed steps (`measure_now`), and the median of
   those samples taken: the speed of a shared 2-core machine drifts by
   10-30% over seconds, so figures taken minutes, or even the length of a
-  cell, apart compare different machines; samples taken between the
-  engine's steps see the moments the steps see. The engine's own times are
-  never used.
+  cell, apart may compare different machines; samples taken between the
+  engine's steps are as close in time to them as they can be. The engine's
+  own times are never used.
   """
 
   def __init__(self, config, measurements=measure):

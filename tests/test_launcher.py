@@ -478,6 +478,32 @@ def test_sighup_to_the_launcher_stops_every_process_though_its_terminal_is_gone(
   _wait_until_gone(pids)
 
 
+# The launcher, signalled (SIGHUP) while it starts its processes, before
+# run() has them: the moment a loaded machine can stretch.
+_LAUNCHER_SIGNALLED_WHILE_STARTING = (
+    'import os, signal, sys\n'
+    'from cli import launcher\n'
+    'start = launcher.Launch.__init__\n'
+    'def starting(self, *args, **kwargs):\n'
+    '  start(self, *args, **kwargs)\n'
+    '  os.kill(os.getpid(), signal.SIGHUP)\n'
+    'launcher.Launch.__init__ = starting\n'
+    'sys.exit(launcher.run(sys.argv[1], sys.argv[2:], 2, 1))')
+
+
+def test_a_signal_while_the_processes_start_is_forwarded_once_they_exist(tmp_path):
+  """Not the launcher alone killed, its processes left running: the signal
+  waits until the processes exist, then stops them, and the launcher exits 75."""
+  result = subprocess.run(
+      [sys.executable, '-c', _LAUNCHER_SIGNALLED_WHILE_STARTING,
+       _stand_in(tmp_path, _STOPPABLE), 'both-stop'],
+      cwd=REPO, capture_output=True, timeout=_ENDS_WITHIN_S)
+  assert result.returncode == 75, result.stderr[-2000:]
+  pids = [int(p) for p in re.findall(rb'is pid (\d+)', result.stderr)]
+  assert len(pids) == 2
+  _wait_until_gone(pids)
+
+
 def _read_until(fd: int, pattern: bytes, count: int, timeout=60) -> list[bytes]:
   """The first `count` matches of `pattern` in what `fd` gives; fails at its
   end or after `timeout`."""
