@@ -25,6 +25,7 @@ import provenance  # benchmarks/provenance.py, beside this script
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from cli import launcher  # pylint: disable=wrong-import-position
 from trainer import metrics_log  # pylint: disable=wrong-import-position
 
 MODELS = {  # name -> flags of the model (quickstart.py's 32 px synthetic data)
@@ -53,7 +54,7 @@ def _launch(processes: int, args: list[str]) -> None:
   cores does not add to the steps. The probe and the training runs are
   launched alike."""
   cores = os.cpu_count() or 1
-  port = 20000 + os.getpid() % 20000
+  port = launcher.free_port()
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
   env.pop('XLA_FLAGS', None)
   running = [subprocess.Popen(

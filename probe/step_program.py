@@ -1,14 +1,13 @@
 """The named model's SPMD train step as XLA compiles it for the whole job:
 which collectives it runs and how many bytes each moves.
 
-A step pays every collective's latency once (once per array it combines,
-where the library moves each array on its own, as gloo does), in the order
-the program runs them, and each one's bytes at the network's bandwidth: the gradients'
-all-reduce, and also the batch-norm statistics' small all-reduces of the
-forward and backward passes (one per layer, in sequence), or FSDP's
-all-gathers. Counting them is reading the compiled program, not timing it:
-the planner multiplies them by the probe's fitted latency and bandwidth
-(planner/from_probe.py).
+A step pays a cost for each array its collectives combine (a library such
+as gloo moves each array on its own), and each one's bytes at the network's
+bandwidth: the gradients' all-reduce, and also the batch-norm statistics'
+small all-reduces of the forward and backward passes (one per layer, in
+sequence), or FSDP's all-gathers. Counting them is reading the compiled
+program, not timing it: the planner multiplies the arrays by the probe's
+per-array cost and the bytes by its fitted bandwidth (planner/from_probe.py).
 """
 
 import re
