@@ -5,6 +5,7 @@ jax.block_until_ready). The first call is not timed: it compiles and warms
 caches.
 """
 
+import resource
 import time
 
 import numpy as np
@@ -29,3 +30,14 @@ def median_s(fn, repeats: int) -> float:
 def best_s(fn, repeats: int) -> float:
   """The fastest of timed_runs: what the machine reaches at best (a peak)."""
   return float(np.min(timed_runs(fn, repeats)))
+
+
+def process_cpu_s() -> tuple[float, float]:
+  """(user, kernel) CPU seconds this process has used so far, all threads.
+
+  Kernel time is where faulting in fresh memory shows: on a machine whose
+  memory is given back to a hypervisor, the same program's kernel time
+  varies many-fold from run to run at equal user time.
+  """
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_utime, usage.ru_stime

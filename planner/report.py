@@ -302,7 +302,8 @@ def _cells_table(engine: str, rows) -> list[str]:
   shards = engine == 'ps'
   head = (['model', 'N_w', 'G'] + (['N_ps'] if shards else ['algorithm']) +
           ['Gbit/s', 'batch', 'measured s', 'predicted s', 'error', 'bound', 'images/s'] +
-          [p[:-len('_s')] for p in phases] + (['overhead planned'] if shards else []))
+          [p[:-len('_s')] for p in phases] + (['overhead planned'] if shards else []) +
+          ['kernel CPU s/step', 'kernel CPU s/T_C run'])
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
   for r in rows:
     c = r['cell']
@@ -315,8 +316,15 @@ def _cells_table(engine: str, rows) -> list[str]:
     if shards:
       overhead = r.get('overhead_s_planned')
       values.append('-' if overhead is None else f'{overhead:.3f}')
+    # Rows of studies from before the CPU was counted have neither figure.
+    values += [_seconds(r.get('step_kernel_cpu_s')),
+               _seconds(r.get('compute_kernel_cpu_s_planned'))]
     lines.append('| ' + ' | '.join(map(str, values)) + ' |')
   return lines
+
+
+def _seconds(value) -> str:
+  return '-' if value is None else f'{value:.3f}'
 
 
 def _sampling(rows) -> str:
@@ -364,7 +372,11 @@ def write_study(rows, workdir: str) -> dict:
       'not hide it + the copies to and from the devices + the workers\' '
       'update program + the step\'s fixed bookkeeping, each measured by the '
       'planner as T_C is. G is the workers per emulated host, which share '
-      'one NIC.', '',
+      'one NIC. The kernel CPU columns are the process\'s kernel CPU seconds '
+      '(all threads) per engine step (median of the timed steps) and per run '
+      'of the workers\' program in the planner\'s samples (median): the '
+      'kernel\'s work of faulting in fresh memory, which the prediction does '
+      'not model, shows there.', '',
       '## Findings', '']
   for claim, supported, evidence in findings(rows):
     lines.append(f'- **{claim}**: {"supported" if supported else "not supported"} '

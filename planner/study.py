@@ -33,6 +33,7 @@ from trainer import engines
 from trainer import experiment
 from trainer import progress
 from trainer import state as state_lib
+from core import timing
 from core import units
 from trainer import workdir_lock
 from planner import cluster_model
@@ -135,30 +136,36 @@ def measure_step_s(exp, steps: int, create_engine=engines.create_engine,
                    warmup: int = _WARMUP_STEPS, between=None) -> tuple[float, dict]:
   """Median wall time of a step of the configured engine, and the mean of
   each of its step phases (engine.step_phases) over the `steps` timed steps
-  after `warmup` untimed ones. between(), if given, runs after each timed
-  step, outside its time (the planner's samples)."""
+  after `warmup` untimed ones, with the process's user and kernel CPU
+  seconds per timed step (medians) and the timed steps' wall times.
+  between(), if given, runs after each timed step, outside its time (the
+  planner's samples)."""
   engine = create_engine(exp)
   try:
     engine.start(state_lib.create_train_state(
         exp.model, exp.tx, exp.config.data.image_size, exp.state_shardings,
         exp.config.seed))
     batches = exp.dataset.train_batches(0)
-    times, records = [], []
+    times, records, cpu = [], [], []
     for i in range(warmup + steps):
       batch = device_input.to_global(next(batches), engine.batch_sharding)
       jax.block_until_ready(batch)
-      start = time.perf_counter()
+      cpu_start, start = timing.process_cpu_s(), time.perf_counter()
       engine.step(batch)
       record = engine.collect_metrics()[-1]
       if i >= warmup:
         times.append(time.perf_counter() - start)
+        cpu.append(np.subtract(timing.process_cpu_s(), cpu_start))
         records.append(record)
         if between is not None:
           between()
   finally:
     engine.close()
   split = {k: float(np.mean([r[k] for r in records])) for k in engine.step_phases}
-  return float(np.median(times)), split
+  user, kernel = np.median(cpu, axis=0)
+  return float(np.median(times)), {**split, 'step_user_cpu_s': float(user),
+                                   'step_kernel_cpu_s': float(kernel),
+                                   'steps_s': [round(t, 6) for t in times]}
 
 
 class Predictor:
@@ -197,11 +204,16 @@ class Predictor:
   def measure_now(self, exp, cell: dict, repeats: int | None = None) -> dict:
     """What the prediction takes from the host's speed, measured now, each
     the median of `repeats` runs (default plan.repeats): {'compute_s': T_C,
-    and the engine's host timer's times}."""
-    now = {'compute_s': self.compute_s(exp, cell, repeats)}
+    'compute_kernel_cpu_s': the process's kernel CPU seconds per run of the
+    workers' program (untimed run included), and the engine's host timer's
+    times}."""
     # The grid runs one model after another: an earlier model's timers
-    # (its shards and buffers) are not needed again.
+    # (its programs, shards and buffers) are not needed again.
     self.close(keep_model=cell['model'])
+    runs = (repeats or self._config.plan.repeats) + 1  # timing's untimed run too
+    _, kernel_start = timing.process_cpu_s()
+    now = {'compute_s': self.compute_s(exp, cell, repeats)}
+    now['compute_kernel_cpu_s'] = (timing.process_cpu_s()[1] - kernel_start) / runs
     # One timer per model, engine and layout: the batch and the link do not
     # change the host's own work.
     layout = tuple(sorted((k, v) for k, v in cell.items()
@@ -212,9 +224,12 @@ class Predictor:
     return now
 
   def close(self, keep_model: str | None = None) -> None:
-    """Ends the host timers' threads (but those of `keep_model`)."""
-    for key in [k for k in self._cache if k[0] == 'host' and k[1] != keep_model]:
-      self._cache.pop(key).close()
+    """Drops every timer but those of `keep_model`, ending the host timers'
+    threads, so that their memory returns before the next model's cells."""
+    for key in [k for k in self._cache if k[0] in ('timer', 'host') and k[1] != keep_model]:
+      timer = self._cache.pop(key)
+      if key[0] == 'host':
+        timer.close()
 
   def predict(self, exp, cell: dict, now: dict) -> dict:
     """The cell's step time under its engine, from measure_now's figures
@@ -335,9 +350,10 @@ def _run_cell(config, workdir: str, cell: dict, measure_step, predictor) -> dict
   samples = [predictor.measure_now(exp, cell)]
   measured, split = measure_step(exp, config.study.steps, between=lambda: samples.append(
       predictor.measure_now(exp, cell, repeats=_SAMPLE_REPEATS)))
-  prediction = predictor.predict(
-      exp, cell, {k: float(np.median([s[k] for s in samples])) for k in samples[0]})
+  now = {k: float(np.median([s[k] for s in samples])) for k in samples[0]}
+  prediction = predictor.predict(exp, cell, now)
   return {'cell': cell, 'measured_step_s': measured, **split, **prediction,
+          'compute_kernel_cpu_s_planned': now.get('compute_kernel_cpu_s'),
           'planner_samples': len(samples),
           'images_per_sec': cell['batch_size'] / measured,
           'error': (prediction['predicted_step_s'] - measured) / measured}

@@ -143,6 +143,56 @@ def test_the_prediction_takes_the_median_of_samples_between_the_engines_steps(tm
   assert row['predicted_step_s'] == pytest.approx(TRUE_STEP_S)
 
 
+def test_each_sample_counts_the_kernel_cpu_of_the_workers_program(monkeypatch, tmp_path):
+  """The row keeps the median kernel CPU per run of T_C's program over the
+  samples: the cost of faulting in fresh memory, which the formula leaves out."""
+  config = _tiny_config(steps=2)
+  config.plan.repeats = 3
+  kernel = [0.0]
+  monkeypatch.setattr(study.timing, 'process_cpu_s', lambda: (0.0, kernel[0]))
+  per_run = iter([0.010, 0.900, 0.020])  # one slow sample among three
+
+  class Faulting(FakeMeasurements):
+    class ComputeTimer(FakeMeasurements.ComputeTimer):
+      def median_s(self, repeats):
+        kernel[0] += next(per_run) * (repeats + 1)  # timing's untimed run too
+        return 0.050
+
+  predictor = study.Predictor(config, measurements=Faulting())
+  study.run_cells(config, str(tmp_path), measure_step=_engine_off_by(1.0), predictor=predictor)
+  [row] = [json.loads(l) for l in (tmp_path / 'study.jsonl').read_text().splitlines()]
+  assert row['compute_kernel_cpu_s_planned'] == pytest.approx(0.020)
+  assert row['predicted_step_s'] == pytest.approx(TRUE_STEP_S)  # not a term of it
+  text = (tmp_path / 'study.md').read_text()
+  assert '| kernel CPU s/step | kernel CPU s/T_C run |' in text
+  assert '| - | 0.020 |' in text  # the fake engine reports no step CPU
+
+
+def test_a_new_model_drops_the_timers_of_the_one_before():
+  config = _tiny_config()
+  built, closed = [], []
+
+  class Counting(FakeMeasurements):
+    class ComputeTimer(FakeMeasurements.ComputeTimer):
+      def __init__(self, exp, num_workers, per_worker_batch):
+        super().__init__(exp, num_workers, per_worker_batch)
+        built.append(exp.model_name)
+
+    class HostTimer(FakeMeasurements.HostTimer):
+      def close(self):
+        closed.append('host')
+
+  predictor = study.Predictor(config, measurements=Counting())
+  for model in ('resnet18', 'resnet18', 'vgg16', 'resnet18'):
+    cell = {'engine': 'ps', 'model': model, 'num_workers': 2, 'batch_size': 8,
+            'bandwidth_gbps': 1.0, 'num_shards': 1}
+    predictor.measure_now(types.SimpleNamespace(config=config, model_name=model), cell)
+  # resnet18's timers are built again after vgg16's cells: they were dropped,
+  # and each model's host timer was closed when the next model came.
+  assert built == ['resnet18', 'vgg16', 'resnet18']
+  assert closed == ['host', 'host']
+
+
 def test_the_host_overheads_add_to_the_formula_as_a_named_term():
   config = _tiny_config()
 
@@ -258,11 +308,19 @@ def test_a_step_is_split_into_the_phases_its_engine_names(monkeypatch, tmp_path)
     engines.append(FakeEngine(exp_))
     return engines[0]
   between = []
+  # The process's (user, kernel) CPU clock, read before every step and
+  # after each timed one: the timed steps use 0.4 s and 0.2 s of user time,
+  # 0.1 s and 0.3 s of kernel time.
+  clock = iter([(0.0, 0.0), (0.0, 0.0), (1.0, 0.5), (1.4, 0.6), (2.0, 1.0), (2.2, 1.3)])
+  monkeypatch.setattr(study.timing, 'process_cpu_s', lambda: next(clock))
   _, split = study.measure_step_s(exp, 2, create_engine=create,
                                   between=lambda: between.append(engines[0].steps))
   # The planner's samples run after each timed step, never after a warm-up one.
   assert between == [study._WARMUP_STEPS + 1, study._WARMUP_STEPS + 2]  # pylint: disable=protected-access
-  assert list(split) == list(FakeEngine.step_phases)
+  assert list(split)[:len(FakeEngine.step_phases)] == list(FakeEngine.step_phases)
+  assert split['step_user_cpu_s'] == pytest.approx(0.3)
+  assert split['step_kernel_cpu_s'] == pytest.approx(0.2)
+  assert len(split['steps_s']) == 2
   # The timed steps follow the warm-up ones: compute_s counts the steps.
   first = study._WARMUP_STEPS + 1  # pylint: disable=protected-access
   assert split['compute_s'] == pytest.approx(first + 0.5)
