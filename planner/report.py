@@ -272,7 +272,10 @@ def summarize(rows) -> dict:
       'compute_bound_cells': split['compute_bound'][1],
       'mape_percent_by_engine': {e: mape([r for r in rows if engine_of(r) == e])
                                  for e in sorted({engine_of(r) for r in rows})},
-      'worst_cell': worst['cell'], 'worst_error_percent': 100 * worst['error']}
+      'worst_cell': worst['cell'], 'worst_error_percent': 100 * worst['error'],
+      # Which way the predictions lean: MAPE alone hides a bias.
+      'mean_error_percent': 100 * float(np.mean([r['error'] for r in rows])),
+      'cells_within_15_percent': sum(abs(r['error']) <= 0.15 for r in rows)}
 
 
 def _mape_table(rows) -> list[str]:
@@ -354,7 +357,9 @@ def write_study(rows, workdir: str) -> dict:
       f'predicted step time **{summary["mape_percent"]:.1f}%** '
       f'(link-bound cells {split["link_bound"][0]:.1f}% over {split["link_bound"][1]}, '
       f'compute-bound cells {split["compute_bound"][0]:.1f}% over '
-      f'{split["compute_bound"][1]}); worst cell {summary["worst_cell"]} at '
+      f'{split["compute_bound"][1]}); mean signed error '
+      f'{summary["mean_error_percent"]:+.1f}%; {summary["cells_within_15_percent"]} of '
+      f'{len(rows)} cells within 15%; worst cell {summary["worst_cell"]} at '
       f'{summary["worst_error_percent"]:+.1f}%.', '',
       *_mape_table(rows), '',
       LINK_BOUND_DEFINITION, '',

@@ -166,6 +166,7 @@ def test_each_sample_counts_the_kernel_cpu_of_the_workers_program(monkeypatch, t
   text = (tmp_path / 'study.md').read_text()
   assert '| kernel CPU s/step | kernel CPU s/T_C run |' in text
   assert '| - | 0.020 |' in text  # the fake engine reports no step CPU
+  assert 'mean signed error +0.0%; 1 of 1 cells within 15%' in text
 
 
 def test_a_new_model_drops_the_timers_of_the_one_before():
