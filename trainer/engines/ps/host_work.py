@@ -76,11 +76,11 @@ class HostTimer:
         lambda i: self._cluster.push(i, layout.views(gradients)), self._num_workers), repeats)
 
   def pull_s(self, repeats: int) -> float:
-    """Every worker at once receiving every shard's pieces into a fresh
-    staging vector (as the engine's pull does)."""
+    """Every worker at once receiving every shard's pieces into its staging
+    vector (as the engine's pull does)."""
     layout = self._layout
     return timing.median_s(lambda: self._round(
-        lambda i: self._cluster.pull(i, layout.views(layout.empty())), self._num_workers),
+        lambda i: self._cluster.pull(i, layout.views(self._staging[i])), self._num_workers),
         repeats)
 
   def device_copies_s(self, repeats: int) -> float:

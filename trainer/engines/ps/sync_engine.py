@@ -98,6 +98,10 @@ class SyncParameterServerEngine:
          for j in range(self.cluster.num_shards)]
         for i in range(n)] if self._overlap else []
     self._in_flight = [[] for _ in range(n)]
+    # Each worker pulls into the same host vector every step (its device
+    # copy is taken before the next pull): a fresh one per step is memory
+    # the kernel faults in again, step after step.
+    self._staging = [self.cluster.layout.empty() for _ in range(n)]
 
     logging.info('Compiled the PS workers\' gradient program in %.1fs; %s',
                  compile_s, self.cluster.describe())
@@ -220,5 +224,5 @@ class SyncParameterServerEngine:
 
   def _timed_pull(self, i: int):
     start = time.perf_counter()
-    vector = self.cluster.pull_to_device(i, self.cluster.layout.empty())
+    vector = self.cluster.pull_to_device(i, self._staging[i])
     return vector, time.perf_counter() - start
