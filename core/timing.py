@@ -35,9 +35,8 @@ def best_s(fn, repeats: int) -> float:
 def process_cpu_s() -> tuple[float, float]:
   """(user, kernel) CPU seconds this process has used so far, all threads.
 
-  Kernel time is where faulting in fresh memory shows: on a machine whose
-  memory is given back to a hypervisor, the same program's kernel time
-  varies many-fold from run to run at equal user time.
+  Kernel time is where faulting in fresh memory shows (the study records
+  it per engine step and per run of the workers' program).
   """
   usage = resource.getrusage(resource.RUSAGE_SELF)
   return usage.ru_utime, usage.ru_stime
