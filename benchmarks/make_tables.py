@@ -7,8 +7,9 @@ RESULTS.md has a section per results file (benchmarks/**/*.jsonl): the runs
 that made it, each with its command, date, commit and hardware
 (benchmarks/committed_results.py), then a short table of each run's records
 (benchmarks/tables.py) and the figures drawn from it (make_plots.py).
-study/study.md and study/study_offgrid.md are the study's own report
-(planner/report.py) of study.jsonl and study_offgrid.jsonl under the same
+study/study.md, study/study_offgrid.md and study/study_offgrid_b.md are
+the study's own report (planner/report.py) of study.jsonl,
+study_offgrid.jsonl and study_offgrid_b.jsonl under the same
 heading. The output depends on the committed data
 alone; tests/test_benchmark_tables.py fails when the committed files are stale.
 """
@@ -29,7 +30,8 @@ BENCHMARKS = os.path.join(committed_results.REPO, 'benchmarks')
 RESULTS = 'RESULTS.md'
 # Each study's records and its report (under benchmarks/, beside its data).
 STUDY_REPORTS = {'benchmarks/study/study.jsonl': 'study/study.md',
-                 'benchmarks/study/study_offgrid.jsonl': 'study/study_offgrid.md'}
+                 'benchmarks/study/study_offgrid.jsonl': 'study/study_offgrid.md',
+                 'benchmarks/study/study_offgrid_b.jsonl': 'study/study_offgrid_b.md'}
 
 _HEAD = """# Benchmark results
 

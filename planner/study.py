@@ -355,6 +355,9 @@ def _run_cell(config, workdir: str, cell: dict, measure_step, predictor) -> dict
   return {'cell': cell, 'measured_step_s': measured, **split, **prediction,
           'compute_kernel_cpu_s_planned': now.get('compute_kernel_cpu_s'),
           'planner_samples': len(samples),
+          # The malloc setting decides which runs fault in fresh memory
+          # (cli/runtime.py); None: not set (not started by main.py).
+          'glibc_tunables': os.environ.get('GLIBC_TUNABLES'),
           'images_per_sec': cell['batch_size'] / measured,
           'error': (prediction['predicted_step_s'] - measured) / measured}
 

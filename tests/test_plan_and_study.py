@@ -55,8 +55,9 @@ def test_plan_recommends_and_writes_plan_json_and_plots(tmp_path):
   assert 'PS shards for 16 devices (4 hosts of 4 devices)' in result.stdout
 
 
-def test_a_study_resumes_without_redoing_cells_and_runs_both_engines(tmp_path):
+def test_a_study_resumes_without_redoing_cells_and_runs_both_engines(tmp_path, monkeypatch):
   workdir = tmp_path / 'study'
+  monkeypatch.delenv('GLIBC_TUNABLES', raising=False)  # main.py decides
   # batch_size=100 divides neither the 8 devices nor the 2 workers: the
   # study sets each cell's batch itself, so the run's own must not block it.
   grid = [*TINY, '--config.batch_size=100', '--config.study.models=resnet18',
@@ -83,6 +84,9 @@ def test_a_study_resumes_without_redoing_cells_and_runs_both_engines(tmp_path):
   assert summary['link_bound_cells'] + summary['compute_bound_cells'] == 3
   rows = [json.loads(r) for r in rows]
   assert [r['cell']['engine'] for r in rows] == ['ps', 'ps', 'allreduce']
+  # A study runs on glibc's malloc defaults (cli/runtime.py), and says so.
+  assert all(r['glibc_tunables'] == '' for r in rows)
+  assert all(r['step_kernel_cpu_s'] >= 0 and len(r['steps_s']) == 1 for r in rows)
   assert all(r['overhead_s_planned'] > 0 for r in rows[:2])
   # The all-reduce cell: its ring measured and predicted from the planner's
   # own host timings.
