@@ -22,10 +22,13 @@ import sys
 # Quiet TensorFlow's C++ start-up chatter before anything imports it.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
+from cli import modes  # pylint: disable=g-import-not-at-top
 from cli import runtime  # pylint: disable=g-import-not-at-top
 
 if __name__ == '__main__':
-  runtime.restart_with_malloc_tunables()  # before anything allocates much
+  # Before anything allocates much, under the malloc setting of the mode.
+  runtime.restart_with_malloc_tunables(glibc_defaults=modes.on_glibc_malloc_defaults(
+      runtime.command_line_mode(sys.argv)))
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
@@ -35,7 +38,6 @@ from cli import config_loader
 from cli import describe
 from cli import flags_parser
 from cli import logs
-from cli import modes
 from configs import schema
 from core import exit as exit_lib
 from core.errors import EXIT_ABORTED, EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE

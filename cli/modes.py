@@ -34,6 +34,14 @@ class Mode:
   # The run's batch_size over the devices: checked unless the mode chooses
   # its own batches, workers and meshes (and checks each of them).
   checks_batch: bool = True
+  # Runs on glibc's default malloc instead of main.py's tunables
+  # (cli/runtime.py). The study compares the planner's samples of the
+  # workers' programs with the engines' steps: under the tunables, which
+  # large buffers a run gets back as fresh memory (pages the kernel faults
+  # in again) depends on the allocator's state, so the two pay different
+  # kernel time; under the defaults every large buffer is fresh in every
+  # run, the same for both (docs/planner-and-study.md).
+  glibc_malloc_defaults: bool = False
 
 
 def _print_json(record: dict) -> int:
@@ -127,10 +135,17 @@ MODES = {
     'export': Mode(_export, needs_trained_workdir=True),
     'bench': Mode(_bench, warns_unused_engine_keys=True),
     'plan': Mode(_plan, checks_batch=False),
-    'study': Mode(_study, checks_batch=False),
+    'study': Mode(_study, checks_batch=False, glibc_malloc_defaults=True),
     'probe': Mode(_probe, checks_batch=False),
     'prepare': Mode(_prepare, data='prepare', before_runtime=True),
 }
 
 # Checks of a mode's own config section, before the runtime starts.
 MODE_CHECKS = {'probe': _check_probe_keys, 'plan': _check_plan_devices}
+
+
+def on_glibc_malloc_defaults(name: str | None) -> bool:
+  """Whether --mode=name runs on glibc's default malloc (None: the default
+  mode, train; an unknown name: no, absl rejects it later)."""
+  mode = MODES.get(name or 'train')
+  return mode is not None and mode.glibc_malloc_defaults

@@ -28,15 +28,6 @@ MALLOC_TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=429496729
                    'glibc.malloc.trim_threshold=4294967296')
 
 
-# --mode=study compares the planner's samples of the workers' programs with
-# the emulated engines' steps. Under MALLOC_TUNABLES, which large buffers a
-# run gets back as fresh memory (pages the kernel faults in again) depends on
-# the allocator's state, so the two pay different kernel time from run to
-# run; under glibc's defaults every large buffer is fresh in every run, the
-# same for both (docs/planner-and-study.md).
-MODES_ON_GLIBC_DEFAULTS = ('study',)
-
-
 def command_line_mode(argv) -> str | None:
   """The --mode a command line asks for (--mode=M or --mode M; the last
   wins, as absl's does), or None."""
@@ -49,20 +40,14 @@ def command_line_mode(argv) -> str | None:
   return mode
 
 
-def malloc_tunables_for(argv) -> str:
-  """The GLIBC_TUNABLES main.py runs a command line under: '' (glibc's
-  defaults) for the modes of MODES_ON_GLIBC_DEFAULTS, else MALLOC_TUNABLES."""
-  return '' if command_line_mode(argv) in MODES_ON_GLIBC_DEFAULTS else MALLOC_TUNABLES
-
-
-def restart_with_malloc_tunables() -> None:
+def restart_with_malloc_tunables(glibc_defaults: bool = False) -> None:
   """Re-executes this process (same pid and command line) with
-  malloc_tunables_for its command line, since glibc reads GLIBC_TUNABLES only
-  at process start; a no-op off Linux or when GLIBC_TUNABLES is already set
-  (set it, even empty, to keep others). glibc's defaults need no restart:
-  the variable is set, empty, to record them."""
+  MALLOC_TUNABLES, since glibc reads GLIBC_TUNABLES only at process start;
+  a no-op off Linux or when GLIBC_TUNABLES is already set (set it, even
+  empty, to keep others). glibc_defaults (a mode's choice, cli/modes.py):
+  no restart, the variable set empty to record glibc's defaults."""
   if sys.platform.startswith('linux') and 'GLIBC_TUNABLES' not in os.environ:
-    os.environ['GLIBC_TUNABLES'] = malloc_tunables_for(sys.argv)
+    os.environ['GLIBC_TUNABLES'] = '' if glibc_defaults else MALLOC_TUNABLES
     if os.environ['GLIBC_TUNABLES']:
       os.execv(sys.executable, sys.orig_argv)
 

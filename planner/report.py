@@ -317,8 +317,7 @@ def _cells_table(engine: str, rows) -> list[str]:
                'link' if link_bound(r) else 'compute', f'{r["images_per_sec"]:.0f}'] +
               [f'{r[p]:.3f}' if p in r else '-' for p in phases])
     if shards:
-      overhead = r.get('overhead_s_planned')
-      values.append('-' if overhead is None else f'{overhead:.3f}')
+      values.append(_seconds(r.get('overhead_s_planned')))
     # Rows of studies from before the CPU was counted have neither figure.
     values += [_seconds(r.get('step_kernel_cpu_s')),
                _seconds(r.get('compute_kernel_cpu_s_planned'))]

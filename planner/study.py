@@ -210,17 +210,18 @@ class Predictor:
     # The grid runs one model after another: an earlier model's timers
     # (its programs, shards and buffers) are not needed again.
     self.close(keep_model=cell['model'])
-    runs = (repeats or self._config.plan.repeats) + 1  # timing's untimed run too
+    repeats = repeats or self._config.plan.repeats
     _, kernel_start = timing.process_cpu_s()
     now = {'compute_s': self.compute_s(exp, cell, repeats)}
-    now['compute_kernel_cpu_s'] = (timing.process_cpu_s()[1] - kernel_start) / runs
+    # Per run, timing's untimed one included.
+    now['compute_kernel_cpu_s'] = (timing.process_cpu_s()[1] - kernel_start) / (repeats + 1)
     # One timer per model, engine and layout: the batch and the link do not
     # change the host's own work.
     layout = tuple(sorted((k, v) for k, v in cell.items()
                           if k not in ('model', 'batch_size', 'bandwidth_gbps')))
     timer = self._once(('host', cell['model'], layout),
                        lambda: self._measure.host_timer(exp, cell))
-    now.update(timer.median_s(repeats or self._config.plan.repeats))
+    now.update(timer.median_s(repeats))
     return now
 
   def close(self, keep_model: str | None = None) -> None:
@@ -353,7 +354,7 @@ def _run_cell(config, workdir: str, cell: dict, measure_step, predictor) -> dict
   now = {k: float(np.median([s[k] for s in samples])) for k in samples[0]}
   prediction = predictor.predict(exp, cell, now)
   return {'cell': cell, 'measured_step_s': measured, **split, **prediction,
-          'compute_kernel_cpu_s_planned': now.get('compute_kernel_cpu_s'),
+          'compute_kernel_cpu_s_planned': now['compute_kernel_cpu_s'],
           'planner_samples': len(samples),
           # The malloc setting decides which runs fault in fresh memory
           # (cli/runtime.py); None: not set (not started by main.py).

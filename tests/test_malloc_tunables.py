@@ -1,7 +1,9 @@
-"""Which malloc setting main.py runs a command line under (cli/runtime.py)."""
+"""Which malloc setting main.py runs a command line under (cli/runtime.py,
+cli/modes.py)."""
 
 import pytest
 
+from cli import modes
 from cli import runtime
 
 
@@ -19,7 +21,7 @@ def test_the_mode_is_read_from_the_command_line(argv, mode):
 
 
 def test_only_the_study_runs_on_glibcs_defaults():
-  assert runtime.malloc_tunables_for(['main.py', '--mode=study']) == ''
-  for argv in (['main.py'], ['main.py', '--mode=train'], ['main.py', '--mode=plan'],
-               ['main.py', '--mode', 'bench'], ['benchmarks/step_parts.py']):
-    assert runtime.malloc_tunables_for(argv) == runtime.MALLOC_TUNABLES
+  assert modes.on_glibc_malloc_defaults('study')
+  for name in (None, 'train', 'plan', 'bench', 'probe', 'no-such-mode'):
+    assert not modes.on_glibc_malloc_defaults(name)
+  assert [n for n, m in modes.MODES.items() if m.glibc_malloc_defaults] == ['study']
