@@ -13,8 +13,8 @@ Each device holds one array the size of a model's gradients (ResNet-18's
 On one CPU the emulated devices share the cores and the memory, so N devices
 move N times the bytes through the same memory: compare 2 against 8.
 
-  .venv/bin/python benchmarks/collectives.py --devices=2 --out=benchmarks/speed/collectives.jsonl
-  .venv/bin/python benchmarks/collectives.py --devices=8 --out=benchmarks/speed/collectives.jsonl
+  .venv/bin/python benchmarks/collectives.py --devices=2 --out=results/speed/collectives.jsonl
+  .venv/bin/python benchmarks/collectives.py --devices=8 --out=results/speed/collectives.jsonl
 
 Prints one JSON line per operation: the median of --repeats runs, with its
 provenance (benchmarks/provenance.py); --out also appends them to a file.

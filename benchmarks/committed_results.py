@@ -1,10 +1,10 @@
-"""The committed results: each JSON lines file under benchmarks/, split into
+"""The committed results: each JSON lines file under results/, split into
 the runs that made it, each run with its provenance.
 
-A record written by a script today carries its own provenance
+A record written by a script carries its own provenance
 (benchmarks/provenance.py): consecutive records with the same command, date
-and commit are one run. Records committed before that get theirs from
-benchmarks/results_index.json, by line range (`lines`: first and last) or
+and commit are one run. Records committed without it get theirs from
+results/results_index.json, by line range (`lines`: first and last) or
 by line numbers (`line_numbers`). A line with neither is an error: every committed figure names its command, date, commit and hardware.
 """
 
@@ -15,7 +15,8 @@ import os
 import shlex
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-INDEX = 'benchmarks/results_index.json'
+RESULTS = 'results'  # the folder of committed results, in the repository
+INDEX = 'results/results_index.json'
 
 
 @dataclasses.dataclass
@@ -49,7 +50,7 @@ class Run:
 
 def results_files() -> list[str]:
   """Every committed results file, as a path relative to the repository."""
-  paths = glob.glob(os.path.join(REPO, 'benchmarks', '**', '*.jsonl'), recursive=True)
+  paths = glob.glob(os.path.join(REPO, RESULTS, '**', '*.jsonl'), recursive=True)
   return sorted(os.path.relpath(p, REPO) for p in paths)
 
 

@@ -12,7 +12,7 @@ form by_shape picks. This is the measurement behind by_shape's rule.
   .venv/bin/python benchmarks/conv_forms.py --net=resnet50 --batch=8 --image_size=224
   XLA_FLAGS=--xla_cpu_use_xnnpack=true \
     .venv/bin/python benchmarks/conv_forms.py --batch=8 --image_size=224 --repeats=5 \
-    --parts --out=benchmarks/speed/conv_parts_224px.jsonl
+    --parts --out=results/speed/conv_parts_224px.jsonl
 
 main.py turns XNNPACK on (runtime.cpu_xnnpack); this script runs with
 whatever XLA_FLAGS says. --parts times XLA's convolution in its three parts

@@ -11,7 +11,7 @@ synthetic data; a line of JSON per configuration, with its provenance
 the lines to a file. benchmarks/make_plots.py draws images/s from them.
 
   .venv/bin/python benchmarks/engine_contrast.py \
-      --out=benchmarks/engine_contrast/results.jsonl
+      --out=results/engine_contrast/results.jsonl
 """
 
 import argparse

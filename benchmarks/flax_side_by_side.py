@@ -16,7 +16,7 @@ measured.
   .venv/bin/python benchmarks/flax_side_by_side.py \
       --flax_imagenet_dir=/tmp/flax/examples/imagenet \
       --model=resnet18 --image_size=64 --batch_size=32 --devices=2 \
-      --out=benchmarks/speed/flax_side_by_side.jsonl
+      --out=results/speed/flax_side_by_side.jsonl
 
 Prints one JSON line per run and one summary line (medians over rounds),
 each with its provenance (benchmarks/provenance.py), and appends them to

@@ -7,7 +7,7 @@ on the host. TensorFlow uses every core.
 
     python benchmarks/make_imagenet_like.py --data_dir=runs/imagenet_like
     python benchmarks/input_pipeline.py --data_dir=runs/imagenet_like \
-        --transforms=train,eval,float32_baseline --out=benchmarks/input_pipeline.jsonl
+        --transforms=train,eval,float32_baseline --out=results/input_pipeline/input_pipeline.jsonl
 
 (make_imagenet_like.py writes array_record, the format this project prepares
 tfds data sets in; --file_format=tfrecord writes tfds's default format, the

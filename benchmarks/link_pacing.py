@@ -1,7 +1,7 @@
 """How closely the PS engine's emulated links pace one transfer: measured
 wall time against the model's X/B + latency, on links idle before it.
 
-    .venv/bin/python benchmarks/link_pacing.py --out=benchmarks/link_pacing.jsonl
+    .venv/bin/python benchmarks/link_pacing.py --out=results/link_pacing/link_pacing.jsonl
 
 One record per message size and bandwidth: the median, min and max of
 `--repeats` transfers of X bytes between two fresh interfaces, each after

@@ -1,4 +1,4 @@
-"""Every committed plot under benchmarks/, drawn again from the committed data.
+"""Every committed plot under results/, drawn again from the committed data.
 
   .venv/bin/python benchmarks/make_plots.py                # rewrites the PNGs in place
   .venv/bin/python benchmarks/make_plots.py --out_dir=DIR  # the same tree under DIR
@@ -20,14 +20,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import committed_results
 from planner import report
 
-BENCHMARKS = os.path.join(committed_results.REPO, 'benchmarks')
-# results file -> the PNGs drawn from it, relative to benchmarks/
+# results file -> the PNGs drawn from it, beside it; paths in the repository
 FIGURES = {
-    'benchmarks/engine_contrast/results_three_engines.jsonl':
-        ['engine_contrast/images_per_sec.png'],
-    'benchmarks/study/study.jsonl':
-        ['study/study_step_time_vs_shards.png', 'study/study_throughput_vs_workers.png',
-         'study/study_predicted_vs_measured.png'],
+    'results/engine_contrast/results_three_engines.jsonl':
+        ['results/engine_contrast/images_per_sec.png'],
+    'results/study/study.jsonl':
+        ['results/study/study_step_time_vs_shards.png',
+         'results/study/study_throughput_vs_workers.png',
+         'results/study/study_predicted_vs_measured.png'],
 }
 _DPI = 100
 _CAPTION_POINTS = 7
@@ -94,7 +94,7 @@ def draw_engine_contrast(records: list[dict], path: str) -> None:
   plt.close(fig)
 
 
-def draw(out_dir: str = BENCHMARKS) -> list[str]:
+def draw(out_dir: str = committed_results.REPO) -> list[str]:
   """Every figure of FIGURES under `out_dir`; returns their paths."""
   index = committed_results.load_index()
   written = []
@@ -115,9 +115,9 @@ def draw(out_dir: str = BENCHMARKS) -> list[str]:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--out_dir', default=BENCHMARKS,
-                      help='where the PNGs go, in the layout of benchmarks/ (default: '
-                           'benchmarks/ itself)')
+  parser.add_argument('--out_dir', default=committed_results.REPO,
+                      help='where the PNGs go, in the layout of the repository (default: '
+                           'the repository itself, results/...)')
   for path in draw(parser.parse_args().out_dir):
     print(path)
 

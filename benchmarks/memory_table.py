@@ -12,7 +12,7 @@ also appends the lines to a file. Two sweeps:
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \
         .venv/bin/python benchmarks/memory_table.py --batch_size=64 \
-        --out=benchmarks/memory_table.jsonl
+        --out=results/memory/memory_table.jsonl
 
 - each recipe (--recipes) on its own mesh, as a GPU would run it (bfloat16,
   convolutions in XLA's form), at several batches per device
@@ -27,7 +27,7 @@ also appends the lines to a file. Two sweeps:
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \
         .venv/bin/python benchmarks/memory_table.py \
         --recipes=resnet50,vit_b16,vit_l16 --per_device_batch=32,128,512 \
-        --fit_gb=80,141 --out=benchmarks/gpu_fit.jsonl
+        --fit_gb=80,141 --out=results/memory/gpu_fit.jsonl
 """
 
 import argparse

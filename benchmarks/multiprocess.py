@@ -11,7 +11,7 @@ One JSON line per run, with its provenance (benchmarks/provenance.py), on
 standard output (--out also appends them to a file), and a Markdown table
 on standard error at the end.
 
-  .venv/bin/python benchmarks/multiprocess.py --out=benchmarks/multiprocess.jsonl
+  .venv/bin/python benchmarks/multiprocess.py --out=results/multiprocess/multiprocess.jsonl
 """
 
 import argparse

@@ -9,7 +9,7 @@ whose median logged step time (after the first interval) is the measured
 figure. One JSON line per cell with its provenance (benchmarks/provenance.py);
 --out also appends them to a file; a Markdown table on standard error.
 
-  .venv/bin/python benchmarks/probe_check.py --out=benchmarks/probe_check/results.jsonl
+  .venv/bin/python benchmarks/probe_check.py --out=results/probe/probe_check.jsonl
 """
 
 import argparse

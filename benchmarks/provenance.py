@@ -10,7 +10,10 @@ change measurements (XLA_FLAGS, GLIBC_TUNABLES, ...).
 
 A script prints its records to standard output, one JSON line each, and
 appends them to a file only when given `--out=PATH`, so that no run touches
-committed results unless asked.
+committed results unless asked. On a working tree that differs from its
+commit it warns on standard error: such records name a commit that does not
+hold the code they measured (results/README.md: commit the code, then
+measure; tests/test_results.py refuses such rows from 2026-12-04 on).
 """
 
 import datetime
@@ -92,13 +95,25 @@ def hardware() -> dict:
           'memory_gib': _memory_gib()}
 
 
+DIRTY_WARNING = (
+    '!' * 72 + '\nWARNING: the working tree differs from commit {commit}:\n'
+    'these records will name a commit that does not hold the code they\n'
+    'measure, and tests/test_results.py refuses them in results/. Commit the\n'
+    'code, then measure (results/README.md).\n' + '!' * 72)
+
+
 def collect(argv: list[str] | None = None) -> dict:
-  """The provenance of records made now by the script of `argv`."""
+  """The provenance of records made now by the script of `argv`; warns on
+  standard error when the working tree is dirty."""
   now = datetime.datetime.now(datetime.timezone.utc)
+  made = commit()
+  if made.endswith('-dirty'):
+    print(DIRTY_WARNING.format(commit=made.removesuffix('-dirty')), file=sys.stderr,
+          flush=True)
   return {
       'command': command(argv),
       'date': now.strftime('%Y-%m-%dT%H:%M:%SZ'),
-      'commit': commit(),
+      'commit': made,
       'hardware': hardware(),
       'environment': {k: os.environ[k] for k in _ENVIRONMENT if k in os.environ},
   }

@@ -1,9 +1,9 @@
 """The planner's cost model against published clusters: predicted step time
 and scaling efficiency beside the published efficiency.
 
-    .venv/bin/python benchmarks/published_clusters.py --out=benchmarks/published_clusters/results.jsonl
+    .venv/bin/python benchmarks/published_clusters.py --out=results/published_clusters/results.jsonl
 
-Every input comes from benchmarks/published_clusters/inputs.json, each with
+Every input comes from results/published_clusters/inputs.json, each with
 its source and whether it is published, derived from published numbers, or
 estimated (and how). Only the planner's pure formulas run
 (planner/cluster_model.py): nothing is measured here. Where a
@@ -40,8 +40,7 @@ sys.path.insert(0, provenance.REPO)
 from core import units
 from planner import cluster_model as cm
 
-INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'published_clusters',
-                      'inputs.json')
+INPUTS = os.path.join(provenance.REPO, 'results', 'published_clusters', 'inputs.json')
 MISS_POINTS = 10  # a prediction further than this from the published one says why
 POINTS_DECIMALS = 1  # differences are rounded to 0.1 point before the comparison
 

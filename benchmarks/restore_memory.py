@@ -19,7 +19,7 @@ cap it passed. One JSON line per case, with its provenance
 (benchmarks/provenance.py); --out also appends them to a file.
 
     .venv/bin/python benchmarks/restore_memory.py --model=vit_b16 \
-        --out=benchmarks/restore_memory.jsonl   # then --model=vit_l16
+        --out=results/memory/restore_memory.jsonl   # then --model=vit_l16
 
 The source checkpoints stay in runs/restore_memory/ (4.6 GB for both
 models) for the next run, e.g. of the same script in an export of older

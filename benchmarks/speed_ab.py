@@ -12,7 +12,7 @@ a summary line per variant (median over rounds), each with its provenance
                 --config.data.image_size=64 --config.batch_size=32' \
       --variant='xla: --config.model.conv_form=xla' \
       --variant='by_shape: --config.model.conv_form=by_shape' \
-      --out=benchmarks/speed/resnet18_64px.jsonl
+      --out=results/speed/resnet18_64px.jsonl
 
 A variant's settings may include ENV:NAME=VALUE to set an environment
 variable (for example ENV:XLA_FLAGS=--xla_cpu_multi_thread_eigen=false),

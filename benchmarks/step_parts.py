@@ -21,9 +21,9 @@ run, then one per variant with the medians, each with its provenance
 the script starts itself again with the malloc tunables and turns XNNPACK on.
 
   .venv/bin/python benchmarks/step_parts.py --devices=2 --rounds=3 \
-      --out=benchmarks/speed/step_parts.jsonl
+      --out=results/speed/step_parts.jsonl
   .venv/bin/python benchmarks/step_parts.py --devices=8 --rounds=3 \
-      --out=benchmarks/speed/step_parts.jsonl
+      --out=results/speed/step_parts.jsonl
 """
 
 import os

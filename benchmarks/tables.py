@@ -1,7 +1,7 @@
 """The short table of each kind of results, from one run's records.
 
 A kind is the script that wrote the records (speed_ab, step_parts, ...) or
-what benchmarks/results_index.json names. Each function returns a list of
+what results/results_index.json names. Each function returns a list of
 tables, each (header, rows) of strings: summaries where the script writes
 them, the records themselves where they are few.
 """
@@ -297,7 +297,17 @@ def published_clusters(records) -> list[Table]:
   return [(header, rows), (score_header, score_rows)]
 
 
+def test_suite(records) -> list[Table]:
+  header = ['pytest arguments', 'exit code', 'passed', 'failed', 'skipped', 'errors',
+            'seconds']
+  rows = [[' '.join(r['pytest_args']), _f(r['returncode'], 'd'), _f(r['passed'], 'd'),
+           _f(r['failed'], 'd'), _f(r['skipped'], 'd'), _f(r['errors'], 'd'),
+           _f(r['seconds'], '.1f')] for r in records]
+  return [(header, rows)]
+
+
 TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
     step_parts, memory_table, multiprocess, restore_memory, quickstart, study,
-    input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check)}
+    input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
+    test_suite)}

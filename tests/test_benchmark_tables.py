@@ -1,6 +1,6 @@
-"""benchmarks/: committed tables and plots regenerate from the committed data,
-every result has its provenance, and every script writes results only when
-given --out. No benchmark runs here: the scripts are read, not run (their
+"""results/: committed tables and plots regenerate from the committed data,
+every result has its provenance; benchmarks/: every script writes results
+only when given --out. No benchmark runs here: the scripts are read, not run (their
 --help at most)."""
 
 import ast
@@ -19,6 +19,7 @@ from benchmarks import tables
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
+RESULTS = os.path.join(REPO, 'results')
 # Tools that regenerate the committed tables and plots: they write no results.
 _TOOLS = {'make_tables.py', 'make_plots.py'}
 
@@ -42,24 +43,36 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 def test_committed_tables_equal_what_the_committed_data_gives(tmp_path):
   result = _run('benchmarks/make_tables.py', f'--out_dir={tmp_path}')
   assert result.returncode == 0, result.stderr
-  for name in ('RESULTS.md', 'study/study.md'):
+  fresh_tables = sorted(os.path.relpath(p, tmp_path) for p in
+                        glob.glob(str(tmp_path / '**' / '*.md'), recursive=True))
+  # One table beside each results file, and no other markdown under results/
+  # than those and the folder's README.
+  assert fresh_tables == sorted(os.path.splitext(p)[0] + '.md'
+                                for p in committed_results.results_files())
+  committed = sorted(os.path.relpath(p, REPO) for p in
+                     glob.glob(os.path.join(RESULTS, '**', '*.md'), recursive=True))
+  assert committed == sorted(fresh_tables + ['results/README.md']), (
+      'a table is missing or has no results file: run python benchmarks/make_tables.py')
+  for name in fresh_tables:
     with open(tmp_path / name) as f:
       fresh = f.read()
-    with open(os.path.join(BENCHMARKS, name)) as f:
-      assert f.read() == fresh, (
-          f'benchmarks/{name} is stale: run python benchmarks/make_tables.py')
+    with open(os.path.join(REPO, name)) as f:
+      assert f.read() == fresh, f'{name} is stale: run python benchmarks/make_tables.py'
+  for name in fresh_tables:  # each a short page
+    with open(tmp_path / name) as f:
+      assert len(f.read().splitlines()) <= 150, name
 
 
 def test_every_committed_png_is_drawn_again_from_the_committed_data(tmp_path):
-  committed = sorted(os.path.relpath(p, BENCHMARKS) for p in
-                     glob.glob(os.path.join(BENCHMARKS, '**', '*.png'), recursive=True))
+  committed = sorted(os.path.relpath(p, REPO) for p in
+                     glob.glob(os.path.join(RESULTS, '**', '*.png'), recursive=True))
   drawn = sorted(png for pngs in make_plots.FIGURES.values() for png in pngs)
   assert committed == drawn, 'a committed PNG without a recipe in make_plots.FIGURES'
   result = _run('benchmarks/make_plots.py', f'--out_dir={tmp_path}')
   assert result.returncode == 0, result.stderr
   from PIL import Image  # pylint: disable=g-import-not-at-top
   for png in drawn:
-    with Image.open(tmp_path / png) as fresh, Image.open(os.path.join(BENCHMARKS, png)) as old:
+    with Image.open(tmp_path / png) as fresh, Image.open(os.path.join(REPO, png)) as old:
       assert fresh.size == old.size, png
 
 

@@ -1,10 +1,12 @@
 """Every figure in README.md, ARCHITECTURE.md, CHANGELOG.md and docs/*.md
 that cites a results file is in that file.
 
-The citation convention (benchmarks/README.md, "Citing results"): a figure
+The citation convention (results/README.md, "Citing a result"): a figure
 names its results file by its repository path in backticks,
-`benchmarks/....jsonl` (or .json, or a table generated from them, .md),
-optionally narrowed to lines (`benchmarks/x.jsonl`, lines 1-4). The path
+`results/....jsonl` (or .json, or a table generated from them, .md),
+optionally narrowed to lines (`results/x.jsonl`, lines 1-4). A result
+removed from the repository is cited where git keeps it,
+`git show COMMIT:PATH`, and read from there. The path
 covers the paragraph or list item it stands in, or the table row; in a
 table's caption (the paragraph just above the table) it covers the whole
 table. Every figure there is checked: a number with a decimal point, a
@@ -26,6 +28,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -33,7 +36,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CITATION = re.compile(
-    r'`(benchmarks/[\w./-]+\.(?:jsonl|json|md))`'
+    r'`((?:git show [0-9a-f]{7,40}:)?(?:results|benchmarks)/[\w./-]+\.(?:jsonl|json|md))`'
     r'(?:,? (?:lines?|records?) (\d+(?:-\d+)?(?:(?:, | and )\d+(?:-\d+)?)*))?')
 # A number not glued to a word (ResNet-18, N_w, 7e62d6f, v2), with its unit.
 NUMBER = re.compile(
@@ -178,11 +181,28 @@ def _leaves(value, key=''):
       yield key, float(number)
 
 
+GIT_SHOW = re.compile(r'git show ([0-9a-f]{7,40}):(.+)')
+
+
+def read_cited(repo: str, path: str) -> str | None:
+  """The text of a cited file, from the checkout or, for `git show C:P`, from
+  git's history; None when it is in neither."""
+  in_history = GIT_SHOW.fullmatch(path)
+  if not in_history:
+    full = os.path.join(repo, path)
+    if not os.path.isfile(full):
+      return None
+    with open(full) as f:
+      return f.read()
+  result = subprocess.run(['git', 'show', f'{in_history[1]}:{in_history[2]}'], cwd=repo,
+                          capture_output=True, text=True, check=False)
+  return result.stdout if result.returncode == 0 else None
+
+
 @functools.lru_cache(maxsize=None)
 def recorded(repo: str, path: str, lines: tuple[int, ...] | None) -> dict[str, list[float]]:
   """field -> its numbers in the cited records of `path`."""
-  with open(os.path.join(repo, path)) as f:
-    text = f.read()
+  text = read_cited(repo, path)
   if path.endswith('.jsonl'):
     numbered = [(n, json.loads(l)) for n, l in enumerate(text.split('\n'), 1) if l.strip()]
     values = [v for n, v in numbered if lines is None or n in lines]
@@ -227,7 +247,7 @@ def check_text(text: str, label: str, repo: str = REPO) -> tuple[list[str], int]
     cited = citations(body) + (citations('\n'.join(caption)) if caption else [])
     if not cited:
       continue
-    missing = [c for c, _ in cited if not os.path.exists(os.path.join(repo, c))]
+    missing = [c for c, _ in cited if read_cited(repo, c) is None]
     if missing:
       failures.append(f'{label}:{line_no}: cites {missing[0]}, which does not exist')
       continue
@@ -262,7 +282,7 @@ def test_every_cited_figure_is_in_the_results_file_it_cites():
 
 
 _TABLE = """\
-On the train step (`benchmarks/speed/malloc_tunables.jsonl`):
+On the train step (`results/speed/malloc_tunables.jsonl`):
 
 | | glibc's defaults | with the tunables | ratio |
 |---|---|---|---|
@@ -270,7 +290,7 @@ On the train step (`benchmarks/speed/malloc_tunables.jsonl`):
 | 8 devices | 19.8 | **25.5** | 1.29x |
 
 8 devices take 1.65 s per step, 1.23 s with the tunables, MFU 12-14%
-(`benchmarks/speed/malloc_tunables.jsonl`).
+(`results/speed/malloc_tunables.jsonl`).
 
 A paragraph that cites nothing is not read: 99.9 images/s.
 """
@@ -289,8 +309,26 @@ def test_a_changed_figure_is_reported_and_the_true_one_is_not(printed, changed):
 
 
 def test_a_citation_of_a_file_that_does_not_exist_is_reported():
-  failures, _ = check_text('Fast: 1.5 s (`benchmarks/speed/nowhere.jsonl`).', 'doc')
-  assert failures == ['doc:1: cites benchmarks/speed/nowhere.jsonl, which does not exist']
+  failures, _ = check_text('Fast: 1.5 s (`results/speed/nowhere.jsonl`).', 'doc')
+  assert failures == ['doc:1: cites results/speed/nowhere.jsonl, which does not exist']
+  # A results path that is not under results/ is read too, and reported.
+  failures, _ = check_text('Fast: 1.5 s (`benchmarks/speed/shard_update.jsonl`).', 'doc')
+  assert failures == ['doc:1: cites benchmarks/speed/shard_update.jsonl, which does not exist']
+
+
+# A removed result, cited where git keeps it (the commit before it was removed).
+_IN_HISTORY = ('oneDNN: 4.94 against 4.83 images/s '
+               '(`git show 10a1d54:benchmarks/speed/xla_cpu_flags_224px.jsonl`).')
+
+
+def test_a_figure_cited_from_git_history_is_read_from_there():
+  assert check_text(_IN_HISTORY, 'doc') == ([], 2)
+  failures, _ = check_text(_IN_HISTORY.replace('4.94', '4.97'), 'doc')
+  assert failures == ['doc:1: 4.97 is not in '
+                      'git show 10a1d54:benchmarks/speed/xla_cpu_flags_224px.jsonl']
+  failures, _ = check_text(_IN_HISTORY.replace('10a1d54', '0000000'), 'doc')
+  assert failures == ['doc:1: cites git show 0000000:benchmarks/speed/xla_cpu_flags_224px.jsonl,'
+                      ' which does not exist']
 
 
 if __name__ == '__main__':

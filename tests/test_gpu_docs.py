@@ -1,5 +1,5 @@
 """docs/gpus.md's published GPU figures are the ones committed, with their
-sources, in benchmarks/published_gpu/figures.json: row by row, every number
+sources, in results/published_gpu/figures.json: row by row, every number
 a row shows is in its record."""
 
 import json
@@ -9,7 +9,7 @@ import re
 from tests.helpers import REPO
 
 DOC = os.path.join(REPO, 'docs', 'gpus.md')
-FIGURES = os.path.join(REPO, 'benchmarks', 'published_gpu', 'figures.json')
+FIGURES = os.path.join(REPO, 'results', 'published_gpu', 'figures.json')
 
 
 def _expect_table_rows() -> list[str]:

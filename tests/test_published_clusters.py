@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
 import published_clusters as script  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-RESULTS = os.path.join(REPO, 'benchmarks', 'published_clusters', 'results.jsonl')
+RESULTS = os.path.join(REPO, 'results', 'published_clusters', 'results.jsonl')
 DOC = os.path.join(REPO, 'docs', 'planner-and-study.md')
 LABELS = ('published', 'derived', 'estimated')
 MB = 1e6
