@@ -246,7 +246,7 @@ def test_the_repositorys_own_commands_pass(command):
   assert shell_problems(command) == []
 
 
-# --- Measuring from now on ----------------------------------------------------
+# --- A new measurement -------------------------------------------------------
 
 def test_provenance_warns_loudly_on_a_dirty_tree(monkeypatch, capsys):
   monkeypatch.setattr(provenance, 'hardware', lambda: {'platform': 'cpu'})
