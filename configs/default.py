@@ -177,14 +177,14 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Evaluation ------------------------------------------------------------
   config.eval = ml_collections.ConfigDict()
-  config.eval.checkpoint = 'latest'  # --mode=eval: which checkpoint: latest, best (from checkpoints_best/), or a step number
-  config.eval.batch_size = 0  # global eval batch; 0: same as batch_size
+  config.eval.checkpoint = 'latest'  # --mode=eval, predict and export: which checkpoint: latest, best (from checkpoints_best/), or a step number
+  config.eval.batch_size = 0  # global batch of training's evals, --mode=eval and --mode=predict; 0: same as batch_size
+  config.eval.weights = 'raw'  # raw or ema (needs ema_decay > 0): the weights --mode=eval, predict and export use and checkpoint.keep_best ranks by
   # Evaluation data, when it differs from training's (same classes, e.g. tfds
   # imagenet_v2 for an imagenet2012 run); read by --mode=eval and training's evals.
-  config.eval.weights = 'raw'  # raw or ema (needs ema_decay > 0): the weights --mode=eval evaluates and checkpoint.keep_best ranks by
   config.eval.dataset = ''  # tfds data set name; '': data.name
-  config.eval.split = ''  # split (tfds) or sub-folder (folder data); '': data.eval_split
-  config.eval.data_dir = ''  # data root (tfds data dir, or the image folder); '': data.dir
+  config.eval.split = ''  # evaluation data: split (tfds) or sub-folder (folder data); '': data.eval_split
+  config.eval.data_dir = ''  # evaluation data: root (tfds data dir, or the image folder); '': data.dir
 
   # --- Classifying images (--mode=predict) ------------------------------------
   config.predict = ml_collections.ConfigDict()
@@ -238,6 +238,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.debug.nan_at_step = -1  # make the loss of this step NaN; -1: off
   config.debug.fail_at_step = -1  # raise an error after this step; -1: off
   config.debug.pause_at_step = -1  # after this step, wait for SIGINT/SIGTERM (then save and stop); at an evaluated step, and in --mode=eval of its checkpoint, in the evaluation after batch 1; -1: off
-  config.debug.fail_process = 0  # ... on this process (-1: on every one)
+  config.debug.fail_process = 0  # the process debug.fail_at_step fails (-1: every one)
 
   return config
