@@ -39,12 +39,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.image_size = 32  # training and evaluation resolution in pixels
   config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip, inception_crop (random resized crop + flip)
   config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, where decoding is 3-5% faster; False: exact positions
-  config.data.jpeg_scaled_decode = False  # inception_crop, and tfds data's centre crops (eval, crop_flip): decode a JPEG crop at 1/2, 1/4 or 1/8 scale in the DCT domain when it stays >= data.image_size (docs/data.md, "Input speed"); False: full scale
+  config.data.jpeg_scaled_decode = False  # inception_crop, and tfds data's centre crops (eval, crop_flip): decode a JPEG crop at 1/2, 1/4 or 1/8 scale in the DCT domain when it stays >= data.image_size (docs/input-speed.md); False: full scale
   config.data.eval_crop_fraction = 0.875  # tfds: eval centre square's side / shorter image side (0.875: resize to S/0.875, crop S)
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
   config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)
   config.data.prefetch_batches = 2  # host batches prepared ahead of the step
-  config.data.randaugment_num_ops = 0  # RandAugment on the host after the crop and flip (docs/data.md, "Augmentation"; not synthetic data): operations per image, each applied with probability 0.5 (timm's 15, increasing magnitudes; DeiT: 2); 0: off
+  config.data.randaugment_num_ops = 0  # RandAugment on the host after the crop and flip (docs/augmentation.md; not synthetic data): operations per image, each applied with probability 0.5 (timm's 15, increasing magnitudes; DeiT: 2); 0: off
   config.data.randaugment_magnitude = 9.0  # RandAugment magnitude on timm's 0-10 scale (DeiT: 9)
   config.data.randaugment_magnitude_std = 0.0  # RandAugment: each operation's magnitude drawn from N(magnitude, this), clipped to [0, 10] (DeiT: 0.5); 0: fixed
   config.data.random_erasing_prob = 0.0  # probability of replacing a box of 2%-1/3 of an image by normal noise, timm's random erasing (DeiT: 0.25); 0: off
