@@ -116,7 +116,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan = ml_collections.ConfigDict()
   config.plan.per_worker_batch_sizes = '2,4,8,16,32,64'  # per-worker mini-batches to sweep (up to what fits)
   config.plan.repeats = 5  # timed runs per measurement (median)
-  config.plan.num_workers = 0  # N_w: devices of the cluster to plan for, all hosts together; 0: network.num_workers, else every device
+  config.plan.num_workers = 0  # N_w: devices of the cluster to plan for, all hosts together; 0: with plan.probe the probed devices, else network.num_workers, else every device
   config.plan.devices_per_host = 1  # G: devices per host, sharing the host's one NIC (hosts = plan.num_workers / G; 1: a flat cluster)
   config.plan.link_bandwidth_gbps = 10.0  # each host's NIC, Gbit/s per direction
   config.plan.link_latency_ms = 0.05  # the NIC's one-way latency, ms
@@ -145,7 +145,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.study.allreduce_algorithms = 'ring'  # allreduce cells with more than one worker a host run each of these (ring, hierarchical)
   config.study.link_bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
   config.study.global_batch_sizes = '64,256'  # global batch grid (all workers together)
-  config.study.steps = 8  # timed PS steps per cell (after 2 warm-up steps)
+  config.study.steps = 8  # timed steps per cell, under either engine (after 2 warm-up steps)
 
   # --- Measuring the real network and devices (--mode=probe, docs/probe.md) ---
   config.probe = ml_collections.ConfigDict()
