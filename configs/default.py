@@ -38,7 +38,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.val_fraction = 0.0  # folder without train/ and val/ (class folders directly in data.dir): fraction of each class held out for evaluation, chosen by seed; 0: off
   config.data.image_size = 32  # training and evaluation resolution in pixels
   config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip, inception_crop (random resized crop + flip)
-  config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, where decoding is 3-5% faster; False: exact positions
+  config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, from where the decoder writes rows straight into the output (docs/data.md); False: exact positions
   config.data.jpeg_scaled_decode = False  # inception_crop, and tfds data's centre crops (eval, crop_flip): decode a JPEG crop at 1/2, 1/4 or 1/8 scale in the DCT domain when it stays >= data.image_size (docs/input-speed.md); False: full scale
   config.data.eval_crop_fraction = 0.875  # tfds: eval centre square's side / shorter image side (0.875: resize to S/0.875, crop S)
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
@@ -218,7 +218,8 @@ def get_config() -> ml_collections.ConfigDict:
   # seconds. '': compile every time.
   config.runtime.compilation_cache_dir = ''
   # CPU: XLA computes matrix products with XNNPACK (YNNPACK) kernels instead
-  # of its own; ResNet-18 steps measured 7-9% faster (docs/performance.md). Also
+  # of its own; ResNet-18's steps measured faster, ResNet-50's the same within
+  # the noise (docs/performance.md, "XNNPACK matrix products"). Also
   # what the patches form of a convolution runs on. An --xla_cpu_use_xnnpack
   # in XLA_FLAGS wins. No effect on GPUs and TPUs.
   config.runtime.cpu_xnnpack = True
