@@ -38,13 +38,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.val_fraction = 0.0  # folder without train/ and val/ (class folders directly in data.dir): fraction of each class held out for evaluation, chosen by seed; 0: off
   config.data.image_size = 32  # training and evaluation resolution in pixels
   config.data.augment = 'crop_flip'  # training augmentation: none, flip, crop_flip, inception_crop (random resized crop + flip)
-  config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, where decoding is 3-5% faster; False: exact positions
-  config.data.jpeg_scaled_decode = False  # inception_crop, and tfds data's centre crops (eval, crop_flip): decode a JPEG crop at 1/2, 1/4 or 1/8 scale in the DCT domain when it stays >= data.image_size (docs/data.md, "Input speed"); False: full scale
+  config.data.snap_crops_to_jpeg_blocks = True  # inception_crop: move a crop's left edge <= 15 px left onto the JPEG block grid, from where the decoder writes rows straight into the output (docs/data.md); False: exact positions
+  config.data.jpeg_scaled_decode = False  # inception_crop, and tfds data's centre crops (eval, crop_flip): decode a JPEG crop at 1/2, 1/4 or 1/8 scale in the DCT domain when it stays >= data.image_size (docs/input-speed.md); False: full scale
   config.data.eval_crop_fraction = 0.875  # tfds: eval centre square's side / shorter image side (0.875: resize to S/0.875, crop S)
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
   config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)
   config.data.prefetch_batches = 2  # host batches prepared ahead of the step
-  config.data.randaugment_num_ops = 0  # RandAugment on the host after the crop and flip (docs/data.md, "Augmentation"; not synthetic data): operations per image, each applied with probability 0.5 (timm's 15, increasing magnitudes; DeiT: 2); 0: off
+  config.data.randaugment_num_ops = 0  # RandAugment on the host after the crop and flip (docs/augmentation.md; not synthetic data): operations per image, each applied with probability 0.5 (timm's 15, increasing magnitudes; DeiT: 2); 0: off
   config.data.randaugment_magnitude = 9.0  # RandAugment magnitude on timm's 0-10 scale (DeiT: 9)
   config.data.randaugment_magnitude_std = 0.0  # RandAugment: each operation's magnitude drawn from N(magnitude, this), clipped to [0, 10] (DeiT: 0.5); 0: fixed
   config.data.random_erasing_prob = 0.0  # probability of replacing a box of 2%-1/3 of an image by normal noise, timm's random erasing (DeiT: 0.25); 0: off
@@ -116,7 +116,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan = ml_collections.ConfigDict()
   config.plan.per_worker_batch_sizes = '2,4,8,16,32,64'  # per-worker mini-batches to sweep (up to what fits)
   config.plan.repeats = 5  # timed runs per measurement (median)
-  config.plan.num_workers = 0  # N_w: devices of the cluster to plan for, all hosts together; 0: network.num_workers, else every device
+  config.plan.num_workers = 0  # N_w: devices of the cluster to plan for, all hosts together; 0: with plan.probe the probed devices, else network.num_workers, else every device
   config.plan.devices_per_host = 1  # G: devices per host, sharing the host's one NIC (hosts = plan.num_workers / G; 1: a flat cluster)
   config.plan.link_bandwidth_gbps = 10.0  # each host's NIC, Gbit/s per direction
   config.plan.link_latency_ms = 0.05  # the NIC's one-way latency, ms
@@ -145,7 +145,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.study.allreduce_algorithms = 'ring'  # allreduce cells with more than one worker a host run each of these (ring, hierarchical)
   config.study.link_bandwidths_gbps = '0.5,8'  # link grid, Gbit/s (> 0): one where every model waits for the network, one where only the communication-heavy one does
   config.study.global_batch_sizes = '64,256'  # global batch grid (all workers together)
-  config.study.steps = 8  # timed PS steps per cell (after 2 warm-up steps)
+  config.study.steps = 8  # timed steps per cell, under either engine (after 2 warm-up steps)
 
   # --- Measuring the real network and devices (--mode=probe, docs/probe.md) ---
   config.probe = ml_collections.ConfigDict()
@@ -177,14 +177,14 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Evaluation ------------------------------------------------------------
   config.eval = ml_collections.ConfigDict()
-  config.eval.checkpoint = 'latest'  # --mode=eval: which checkpoint: latest, best (from checkpoints_best/), or a step number
-  config.eval.batch_size = 0  # global eval batch; 0: same as batch_size
+  config.eval.checkpoint = 'latest'  # --mode=eval, predict and export: which checkpoint: latest, best (from checkpoints_best/), or a step number
+  config.eval.batch_size = 0  # global batch of training's evals, --mode=eval and --mode=predict; 0: same as batch_size
+  config.eval.weights = 'raw'  # raw or ema (needs ema_decay > 0): the weights --mode=eval, predict and export use and checkpoint.keep_best ranks by
   # Evaluation data, when it differs from training's (same classes, e.g. tfds
   # imagenet_v2 for an imagenet2012 run); read by --mode=eval and training's evals.
-  config.eval.weights = 'raw'  # raw or ema (needs ema_decay > 0): the weights --mode=eval evaluates and checkpoint.keep_best ranks by
   config.eval.dataset = ''  # tfds data set name; '': data.name
-  config.eval.split = ''  # split (tfds) or sub-folder (folder data); '': data.eval_split
-  config.eval.data_dir = ''  # data root (tfds data dir, or the image folder); '': data.dir
+  config.eval.split = ''  # evaluation data: split (tfds) or sub-folder (folder data); '': data.eval_split
+  config.eval.data_dir = ''  # evaluation data: root (tfds data dir, or the image folder); '': data.dir
 
   # --- Classifying images (--mode=predict) ------------------------------------
   config.predict = ml_collections.ConfigDict()
@@ -218,7 +218,8 @@ def get_config() -> ml_collections.ConfigDict:
   # seconds. '': compile every time.
   config.runtime.compilation_cache_dir = ''
   # CPU: XLA computes matrix products with XNNPACK (YNNPACK) kernels instead
-  # of its own; ResNet-18 steps measured 7-9% faster (docs/performance.md). Also
+  # of its own; ResNet-18's steps measured faster, ResNet-50's the same within
+  # the noise (docs/performance.md, "XNNPACK matrix products"). Also
   # what the patches form of a convolution runs on. An --xla_cpu_use_xnnpack
   # in XLA_FLAGS wins. No effect on GPUs and TPUs.
   config.runtime.cpu_xnnpack = True
@@ -238,6 +239,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.debug.nan_at_step = -1  # make the loss of this step NaN; -1: off
   config.debug.fail_at_step = -1  # raise an error after this step; -1: off
   config.debug.pause_at_step = -1  # after this step, wait for SIGINT/SIGTERM (then save and stop); at an evaluated step, and in --mode=eval of its checkpoint, in the evaluation after batch 1; -1: off
-  config.debug.fail_process = 0  # ... on this process (-1: on every one)
+  config.debug.fail_process = 0  # the process debug.fail_at_step fails (-1: every one)
 
   return config

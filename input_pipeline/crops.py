@@ -82,7 +82,7 @@ def _decode_jpeg_window(encoded: tf.Tensor, window: tf.Tensor,
     return at(1)()
   # `ratio` is an attribute of the op, not an input: one branch per value.
   # The branch costs a tenth of the train transform at 224 px, where no crop
-  # of an ImageNet-sized image qualifies (docs/data.md, "Input speed").
+  # of an ImageNet-sized image qualifies (docs/input-speed.md).
   return tf.switch_case(decode_ratio_index(window, decoding.scaled_to),
                         [at(r) for r in _RATIOS])
 

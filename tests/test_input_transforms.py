@@ -106,7 +106,7 @@ def test_snapped_crop_moves_only_the_left_edge_onto_the_block_grid(tf_crops):
 
 
 def test_tensorflow_decodes_jpeg_with_the_fast_integer_dct_by_default(tf_crops):
-  # docs/data.md counts on it: dct_method='INTEGER_FAST' saves nothing.
+  # docs/input-speed.md counts on it: dct_method='INTEGER_FAST' saves nothing.
   _, tf = tf_crops
   rng = np.random.default_rng(0)
   encoded = _encode(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
