@@ -40,7 +40,7 @@ class Mode:
   # large buffers a run gets back as fresh memory (pages the kernel faults
   # in again) depends on the allocator's state, so the two pay different
   # kernel time; under the defaults every large buffer is fresh in every
-  # run, the same for both (docs/planner-and-study.md).
+  # run, the same for both (docs/study.md).
   glibc_malloc_defaults: bool = False
 
 

@@ -122,7 +122,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.link_latency_ms = 0.05  # the NIC's one-way latency, ms
   config.plan.intra_host_gbps = 0.0  # each device's port into its host's fabric (NVLink, PCIe), Gbit/s per direction; 0: unlimited
   config.plan.intra_host_latency_ms = 0.0  # one-way latency inside a host, ms
-  config.plan.host_cores = 0  # C: each host's CPU cores for its input pipeline; a step then takes at least the time they need to decode its G devices' images (docs/planner-and-study.md); 0: not counted
+  config.plan.host_cores = 0  # C: each host's CPU cores for its input pipeline; a step then takes at least the time they need to decode its G devices' images (docs/planner.md); 0: not counted
   config.plan.host_cpu_ms_per_image = 1.37  # CPU ms to decode and augment one image on such a host; default: inception_crop at 224 px on ImageNet-like JPEGs (results/input_pipeline/input_pipeline.jsonl; measure yours with --mode=bench --config.bench.data=real)
   config.plan.ps_placement = 'dedicated'  # where PS shards live: dedicated (server hosts of their own), colocated (on the worker hosts, sharing their NICs)
   config.plan.allreduce_algorithms = 'ring,hierarchical'  # all-reduce algorithms compared with PS: ring (one ring through every device), hierarchical (inside each host, then rings across hosts)
