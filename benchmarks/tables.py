@@ -218,6 +218,14 @@ def quickstart(records) -> list[Table]:
   return [(header, rows)]
 
 
+def quickstart_run(records) -> list[Table]:
+  header = ['recipe', 'wall s', 'final step', 'final top-1', '--mode=eval top-1']
+  rows = [[r['recipe'], _f(r['wall_s'], '.1f'), _f(r['final_step'], 'd'),
+           _percent(r['final_top1']), _percent(r['eval_mode_line']['accuracy'])]
+          for r in records]
+  return [(header, rows)]
+
+
 def study(records) -> list[Table]:
   """The predicted step time's error, per model and link, then over all cells."""
   groups = {}
@@ -310,4 +318,4 @@ TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
     step_parts, memory_table, multiprocess, restore_memory, quickstart, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
-    test_suite)}
+    test_suite, quickstart_run)}
