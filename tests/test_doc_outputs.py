@@ -121,7 +121,8 @@ def test_every_output_block_names_its_producer(block):
   assert block.marker, (f'{block.where} shows output but names no producer: put '
                         f'<!-- output: {PRODUCER_MODULE}::test_NAME --> above it')
   producer, source = block.marker.groups()
-  assert callable(globals().get(producer)), f'{block.where}: no producer {producer}'
+  assert producer.startswith('test_') and callable(globals().get(producer)), \
+      f'{block.where}: {producer} is not a test of {PRODUCER_MODULE}'
   assert source is None or os.path.isfile(os.path.join(REPO, source)), \
       f'{block.where}: {source} is not a committed file'
 

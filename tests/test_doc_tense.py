@@ -37,6 +37,10 @@ HISTORY_PHRASES = (
     r'(?:was|were) tried',
     r'we tried',
     r'(?:was|were) removed',
+    r'(?:was|were) added',
+    r'recently',
+    r'in the past',
+    r'turned out',
     r'(?:was|were) replaced',
     r'(?:this|the last|the next|a later) commit',
 )
@@ -91,6 +95,10 @@ def test_no_doc_sentence_compares_with_an_earlier_state(path):
     'What was tried and did not help.',
     'We tried a second ring.',
     'The option was removed.',
+    'The second predictions below were added after the first.',
+    'The recipe recently gained a warm-up.',
+    'In the past the probe ran on one process.',
+    'It turned out that gloo copies each array.',
     'The old table was replaced by a plot.',
     'From this commit on, results record their commit.',
     'The planner no\nlonger measures T_C.',  # wrapped across lines
