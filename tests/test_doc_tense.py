@@ -20,6 +20,7 @@ from tests.helpers import REPO
 HISTORY_PHRASES = (
     r'no longer(?! (?:fits?|than)\b)',
     r'used to',
+    r'used before(?! (?:the|a|an|its|each|every|any)\b)',
     r'previously',
     r'formerly',
     r'originally',
@@ -77,6 +78,7 @@ def test_no_doc_sentence_compares_with_an_earlier_state(path):
 @pytest.mark.parametrize('sentence', [
     'The planner no longer measures T_C itself.',
     'This flag used to default to 8.',
+    'The fit, which the planner used before, over-predicted the cells.',
     'Previously the study sampled at the end.',
     'The recipe formerly set 90 epochs.',
     'The step originally took 50 ms.',
@@ -117,6 +119,7 @@ def test_each_phrase_of_history_is_caught(sentence, tmp_path):
     'A key that was renamed still loads.',
     'The probe replaces an earlier probe.json atomically.',
     'A lock whose process is gone is taken over.',
+    'A key used before the update is read once.',
 ])
 def test_present_tense_prose_passes(sentence):
   assert not history_in(sentence), sentence
