@@ -1,5 +1,6 @@
-"""Test-wide set-up: 8 emulated CPU devices, set before jax is imported, and
-one compilation cache for the session.
+"""Test-wide set-up: 8 emulated CPU devices, set before jax is imported, one
+compilation cache for the session, and each test's tier (tests/tiers.py:
+unit, repo or e2e) as its marker.
 
 Most tests run main.py, and many compile the same tiny programs again (a
 resume, an eval of what was just trained). JAX's persistent compilation
