@@ -169,11 +169,12 @@ def _launch(args: list[str], timeout: float = 120) -> subprocess.CompletedProces
 
 
 def _committed_probe(tmp_path) -> str:
-  """A probe dir holding the committed probe.json of docs/probe.md's run."""
+  """A probe dir holding the committed probe.json of docs/probe.md's run
+  (the file its summary block's marker names)."""
   probe_dir = tmp_path / 'probe'
   probe_dir.mkdir()
-  shutil.copy(os.path.join(REPO, 'benchmarks/probe/launch_2_processes_cpu.json'),
-              probe_dir / 'probe.json')
+  source = marked_block('test_probe_summary_under_launch_py').marker.group(2)
+  shutil.copy(os.path.join(REPO, source), probe_dir / 'probe.json')
   return str(probe_dir)
 
 
