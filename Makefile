@@ -20,7 +20,7 @@ OTHER_PLUGINS := $(foreach a,$(filter-out $(ACCEL),$(ACCELS)),jax-$(a)-plugin ja
 # The stamp holds the ACCEL that .venv was installed for (empty: CPU).
 INSTALLED_ACCEL := $(shell cat $(STAMP) 2>/dev/null)
 
-.PHONY: quickstart test clean-venv FORCE
+.PHONY: quickstart test test-unit clean-venv FORCE
 
 ifneq ($(INSTALLED_ACCEL),$(ACCEL))
 $(STAMP): FORCE
@@ -38,8 +38,18 @@ endif
 quickstart: $(STAMP)
 	$(VENV)/bin/python main.py --config=configs/quickstart.py --workdir=$(WORKDIR)
 
+# The tests come in three tiers (tests/tiers.py marks each module with one):
+#   unit  the project's code called in the test's own process (pytest -m unit);
+#   repo  checks of the repository's files: docs, pins, layers, citations,
+#         committed results (pytest -m repo);
+#   e2e   runs of main.py or launch.py as a user starts them (pytest -m e2e).
+# `make test` runs all three; `make test-unit` the unit tier alone, the fast
+# check while changing code.
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile tests
+
+test-unit: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile -m unit tests
 
 clean-venv:
 	rm -rf $(VENV)

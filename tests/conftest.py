@@ -1,5 +1,6 @@
-"""Test-wide set-up: 8 emulated CPU devices, set before jax is imported, and
-one compilation cache for the session.
+"""Test-wide set-up: 8 emulated CPU devices, set before jax is imported, one
+compilation cache for the session, and each test's tier (tests/tiers.py:
+unit, repo or e2e) as its marker.
 
 Most tests run main.py, and many compile the same tiny programs again (a
 resume, an eval of what was just trained). JAX's persistent compilation
@@ -54,3 +55,16 @@ def shapes_dir():
   with open(root + '.lock', 'w') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
     return shapes.ensure(root)
+
+
+def pytest_collection_modifyitems(config, items):
+  """Every test gets its module's tier (tests/tiers.py): `pytest -m unit`
+  runs the unit tests alone."""
+  del config
+  from tests import tiers  # pylint: disable=g-import-not-at-top
+  tier_by_path = {}
+  for item in items:
+    path = str(item.path)
+    if path not in tier_by_path:
+      tier_by_path[path] = tiers.tier_of(path)
+    item.add_marker(getattr(pytest.mark, tier_by_path[path]))
