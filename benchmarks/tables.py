@@ -226,6 +226,15 @@ def quickstart_run(records) -> list[Table]:
   return [(header, rows)]
 
 
+def plan_example(records) -> list[Table]:
+  header = ['model', 'image px', 'devices', 'S MB', 'per-device batch', 'T_C ms']
+  rows = [[r['plan']['model'], _f(r['plan']['image_size'], 'd'),
+           _f(r['plan']['cluster']['num_workers'], 'd'), _f(r['plan']['model_bytes'] / 1e6, '.1f'),
+           _f(r['plan']['recommended']['per_device_batch'], 'd'),
+           _f(r['plan']['cluster']['compute_s'] * 1e3, '.2f')] for r in records]
+  return [(header, rows)]
+
+
 def study(records) -> list[Table]:
   """The predicted step time's error, per model and link, then over all cells."""
   groups = {}
@@ -318,4 +327,4 @@ TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
     step_parts, memory_table, multiprocess, restore_memory, quickstart, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
-    test_suite, quickstart_run)}
+    test_suite, quickstart_run, plan_example)}
