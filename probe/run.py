@@ -95,12 +95,12 @@ from probe import report
 from probe import settings
 from probe import step_cost
 from probe import step_program
-from trainer import agreement
+from coordination import agreement
 from trainer import experiment
 from trainer import host_input
 from trainer import memory
 from core import units
-from trainer import workdir_lock
+from coordination import workdir_lock
 
 SCHEMA_VERSION = 2
 RESULT_FILE_NAME = 'probe.json'

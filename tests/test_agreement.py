@@ -17,7 +17,7 @@ from configs import default
 from core.errors import RunFailure, UsageError
 from tests.helpers import run_main, xla_flags
 from tests.test_end_to_end import tiny_synthetic_run_flags
-from trainer import agreement
+from coordination import agreement
 from trainer import checkpointing
 
 

@@ -12,7 +12,7 @@ from core.errors import UsageError
 from tests.helpers import run_main
 from tests.test_end_to_end import _records, tiny_synthetic_run_flags
 from tests.test_ps_engine import _config, _max_difference, _train
-from trainer import validation
+from cli import validation
 from trainer.engines.allreduce import ring as ring_lib
 from trainer.engines.emulation import topology
 

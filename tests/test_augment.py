@@ -30,7 +30,7 @@ from input_pipeline.tf_setup import tf
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_run_flags
 from trainer import step_functions
-from trainer import validation
+from cli import validation
 from trainer.engines.emulation import workers
 
 SIZE = 32

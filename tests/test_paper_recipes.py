@@ -20,7 +20,7 @@ from trainer import experiment
 from trainer import optim
 from trainer import specs
 from trainer import state as state_lib
-from trainer import validation
+from cli import validation
 from trainer.engines import spmd
 
 RECIPES = {'goyal': imagenet_resnet50, 'mlperf_lars': imagenet_resnet50_lars,

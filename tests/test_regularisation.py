@@ -11,7 +11,7 @@ from configs import default
 from core.errors import UsageError
 from models import drop_path, registry
 from trainer import step_functions
-from trainer import validation
+from cli import validation
 
 IMAGE = 16
 

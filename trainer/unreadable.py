@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from core import atomic
-from trainer import agreement
+from coordination import agreement
 
 FILE_NAME = 'unreadable_files.txt'
 

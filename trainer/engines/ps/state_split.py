@@ -16,7 +16,7 @@ name, so no other integer of an optimiser state is taken for one.
 import jax
 import numpy as np
 
-from trainer.checkpointing import path_str
+from trainer.tree_paths import path_str
 from trainer.engines.emulation.wire import PARAMS
 
 # The checkpoint metadata key of the asynchronous shards' exact step counts.
