@@ -40,11 +40,11 @@ from cli import flags_parser
 from cli import logs
 from cli import validation
 from configs import schema
+from coordination import preemption
 from core import exit as exit_lib
 from core.errors import EXIT_ABORTED, EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE
 from core.errors import RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
-from coordination import preemption
 from trainer import eval_data
 
 FLAGS = flags_parser.FLAGS

@@ -23,6 +23,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from coordination import workdir_lock
 from trainer import device_input
 from trainer import engines
 from trainer import experiment
@@ -30,7 +31,6 @@ from trainer import host_input
 from trainer import mfu
 from trainer import progress
 from trainer import state as state_lib
-from coordination import workdir_lock
 
 RESULTS_FILE_NAME = 'bench.jsonl'
 

@@ -31,10 +31,10 @@ import numpy as np
 
 from configs import values
 from core.errors import UsageError
-from trainer import checkpointing
 from modes import eval as eval_mode
-from trainer import experiment
 from modes import predict
+from trainer import checkpointing
+from trainer import experiment
 from trainer import step_functions
 
 SIGNATURE = 'serving_default'

@@ -19,8 +19,8 @@ from configs import values
 from core import atomic
 from core.errors import UsageError
 from input_pipeline import single_images
-from trainer import checkpointing
 from modes import eval as eval_mode
+from trainer import checkpointing
 from trainer import experiment
 from trainer import step_functions
 

@@ -8,8 +8,8 @@ that names the key.
 
 import math
 
-from configs.values import PLAN_TARGETS, PS_PLACEMENTS, at_least, one_of
 from configs.values import parse_list, parse_names, plan_batches
+from configs.values import PLAN_TARGETS, PS_PLACEMENTS, at_least, one_of
 from core.errors import UsageError
 from models import checks as model_checks
 from models import registry

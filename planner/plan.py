@@ -30,17 +30,17 @@ import os
 from absl import logging
 import jax
 
-from core.errors import UsageError
-from trainer import experiment
-from trainer import memory
-from core import units
 from configs import values
 from coordination import workdir_lock
-from trainer.engines import emulation
+from core import units
+from core.errors import UsageError
 from planner import cluster_model as cm
 from planner import from_probe
 from planner import measure
 from planner import recommend
+from trainer import experiment
+from trainer import memory
+from trainer.engines import emulation
 
 PLAN_FILE = 'plan.json'
 

@@ -24,22 +24,22 @@ from absl import logging
 import jax
 import numpy as np
 
-from core.errors import UsageError
-from models import registry
 from configs.values import parse_list, parse_names
-from trainer import device_input
-from trainer import engines
-from trainer.engines import allreduce
-from trainer import experiment
-from trainer import progress
-from trainer import state as state_lib
+from coordination import workdir_lock
 from core import timing
 from core import units
-from coordination import workdir_lock
+from core.errors import UsageError
+from models import registry
 from planner import cluster_model
 from planner import formulas
 from planner import measure
 from planner import report
+from trainer import device_input
+from trainer import engines
+from trainer import experiment
+from trainer import progress
+from trainer import state as state_lib
+from trainer.engines import allreduce
 
 RESULTS_FILE = 'study.jsonl'
 _WARMUP_STEPS = 2

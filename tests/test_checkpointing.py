@@ -10,11 +10,11 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint._src.path import async_path
 import pytest
 
-from core.errors import UsageError
 from configs import default
+from core.errors import UsageError
+from modes import eval as eval_mode
 from tests.test_train_step import _config, build, run_steps
 from trainer import checkpointing
-from modes import eval as eval_mode
 from trainer import experiment
 from trainer import init_from
 from trainer import state as state_lib

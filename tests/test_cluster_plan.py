@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from configs import default
-from core.errors import UsageError
-from core import units
 from cli import validation
+from configs import default
+from core import units
+from core.errors import UsageError
 from planner import cluster_model as cm
 from planner import formulas
 from planner import recommend

@@ -16,13 +16,13 @@ from hypothesis import given, HealthCheck, settings, strategies as st
 import pytest
 
 from cli import config_loader
+from cli import validation
 from configs import default, schema, sharding
+from configs import values
 from core.errors import UsageError
 from input_pipeline import check_data_config, DataError
 from input_pipeline import validate as data_validate
 from models import conv_forms, registry, remat
-from cli import validation
-from configs import values
 from trainer import engines, eval_data
 from trainer.engines import ps
 

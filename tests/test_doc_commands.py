@@ -38,11 +38,11 @@ import pytest
 
 from cli import config_loader
 from cli import flags_parser
+from cli import validation
 from configs import default
 from configs import schema
 from core.errors import UsageError
 from tests.helpers import REPO
-from cli import validation
 
 DEFAULT_RECIPE = os.path.join(REPO, 'configs', 'quickstart.py')
 DOC_MACHINE_CORES = 2  # the CPU machine of the docs' commands and figures

@@ -12,13 +12,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from cli import validation
 from configs import default
 from core.errors import UsageError
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import checkpointing
 from trainer import optim
-from cli import validation
 from trainer import tree_paths
 
 

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from cli import validation
 from configs import default
 from core.errors import UsageError
 from tests import toy_engine
@@ -15,7 +16,6 @@ from tests.helpers import REPO
 from trainer import checkpointing
 from trainer import engines
 from trainer import train
-from cli import validation
 
 
 def _tiny_config(engine: str):

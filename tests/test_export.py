@@ -16,12 +16,12 @@ import pytest
 from configs import schema
 from core.errors import UsageError
 from input_pipeline import single_images
+from modes import eval as eval_mode
+from modes import export
 from tests.helpers import REPO, run_main
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import checkpointing
-from modes import eval as eval_mode
 from trainer import experiment
-from modes import export
 from trainer import step_functions
 from trainer import tree_paths
 

@@ -14,12 +14,12 @@ import pytest
 
 from cli import launcher
 from cli import runtime
+from coordination import workdir_lock
 from tests.helpers import REPO, run_main, xla_flags
 from tests.test_end_to_end import StderrLines, tiny_synthetic_run_flags
 from tests.test_launcher import _listening_addresses
 from trainer import checkpointing
 from trainer import metrics_log
-from coordination import workdir_lock
 
 # A bound on the time from a signal to the exit that holds on a loaded
 # machine; what the code guarantees is far less (docs/reliability.md).

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import MODEL_NAMES
 from models import create_model
 from models import has_batch_norm
+from models import MODEL_NAMES
 from models import registry
 
 # Tiny members of each family: the same code paths (stem, projection

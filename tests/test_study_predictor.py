@@ -16,11 +16,11 @@ import pytest
 from cli import validation
 from configs import default
 from core import units
-from trainer import state as state_lib
 from planner import cluster_model
 from planner import formulas
 from planner import report
 from planner import study
+from trainer import state as state_lib
 
 MB = 1e6
 GBIT = units.gbps_to_bytes_per_s(1.0)

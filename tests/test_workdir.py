@@ -18,18 +18,18 @@ import pytest
 from cli import config_loader
 from configs import default
 from configs import schema
+from coordination import workdir_lock
 from core.errors import UsageError
+from modes import bench
+from modes import eval as eval_mode
+from planner import plan
+from planner import study
 from tests.helpers import REPO, xla_flags
 from tests.test_end_to_end import tiny_synthetic_run_flags
-from modes import bench
 from trainer import checkpointing
-from modes import eval as eval_mode
 from trainer import experiment
 from trainer import state as state_lib
 from trainer import train
-from coordination import workdir_lock
-from planner import plan
-from planner import study
 
 # Holds the lock of argv[1] until a line arrives on stdin, then leaves the
 # way argv[2] says: as a run that ends, fails, or stops after a save (75).

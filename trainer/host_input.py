@@ -4,9 +4,9 @@ Decoding and augmenting an image costs `cpu_ms_per_image` milliseconds of
 CPU time (all of tf.data's threads); C cores that do nothing else decode at
 most C * 1000 / cpu_ms_per_image images a second. A host whose devices take
 more images a second than that is input-bound: the step waits for input,
-whatever the devices and the network could do. `--mode=bench` measures
-the cost (bench.data='real'); the planner takes it as given
-(plan.host_cpu_ms_per_image).
+whatever the devices and the network could do. `time_input` measures the
+cost, for --mode=bench (bench.data='real') and for the probe; the planner
+takes it as given (plan.host_cpu_ms_per_image).
 """
 
 import math

@@ -11,9 +11,11 @@ import jax
 import numpy as np
 
 from configs import schema
+from coordination import agreement as agreement_lib
+from coordination import preemption
+from coordination import workdir_lock
 from core.errors import RunFailure
 from input_pipeline import folder
-from coordination import agreement as agreement_lib
 from trainer import checkpointing
 from trainer import debug_hooks
 from trainer import device_input
@@ -23,11 +25,9 @@ from trainer import experiment
 from trainer import metrics_log
 from trainer import mfu
 from trainer import optim
-from coordination import preemption
 from trainer import profiling
 from trainer import run_start
 from trainer import unreadable
-from coordination import workdir_lock
 
 
 class NonFiniteLoss(RunFailure):
@@ -194,7 +194,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
       size=config.data.prefetch_batches)
 
   # --- Loop: a step, then what is due after it (progress line, evaluation,
-  # the processes' agreement, a save, a stop), in that order.
+  # the tests' hooks, the processes' agreement, a save, a stop), in that order.
   interval, last_save = _Interval(start_step), time.monotonic()
   step = start_step
   while step < total:

@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from core import atomic
 from coordination import agreement
+from core import atomic
 
 FILE_NAME = 'unreadable_files.txt'
 
