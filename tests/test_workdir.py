@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from cli import config_loader
+from cli import validation
 from configs import default
 from configs import schema
 from coordination import workdir_lock
@@ -244,7 +245,9 @@ def test_every_process_of_a_run_stops_with_process_0s_line(tmp_path):
 
 @pytest.mark.parametrize('mode,run', [
     ('train', train.train_and_evaluate), ('bench', bench.run_bench),
-    ('plan', plan.run_plan), ('study', study.run_study)],
+    ('plan', plan.run_plan),
+    ('study', lambda config, workdir: study.run_study(config, workdir,
+                                                      validation.check_study_cell))],
     ids=['train', 'bench', 'plan', 'study'])
 def test_every_mode_that_writes_refuses_a_held_work_dir_before_any_work(
     tmp_path, mode, run):
