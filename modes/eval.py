@@ -88,8 +88,9 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
   # leaves its peers waiting in a collective until launch.py stops them
   # too (cli/launcher.py).
   preemption.during_evaluation(step)
-  summary = {'step': step, 'weights': config.eval.weights, **evaluate.run_evaluation(exp, evaluate.compile_eval_step(exp), state,
-                                            debug_hooks.pause_in_evaluation(config, step))}
+  metrics = evaluate.run_evaluation(exp, evaluate.compile_eval_step(exp), state,
+                                    debug_hooks.pause_in_evaluation(config, step))
+  summary = {'step': step, 'weights': config.eval.weights, **metrics}
   if summary['num_unreadable']:
     # Named here, not in unreadable_files.txt: eval writes nothing there.
     names = sorted(set().union(*exp.dataset.unreadable_examples().values()))
