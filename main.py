@@ -38,14 +38,14 @@ from cli import config_loader
 from cli import describe
 from cli import flags_parser
 from cli import logs
+from cli import validation
 from configs import schema
+from coordination import preemption
 from core import exit as exit_lib
 from core.errors import EXIT_ABORTED, EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE
 from core.errors import RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
 from trainer import eval_data
-from trainer import preemption
-from trainer import validation
 
 FLAGS = flags_parser.FLAGS
 # --help lists the flags of cli/flags_parser.py as this program's own.

@@ -48,7 +48,8 @@ import provenance  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from cli import gpu_settings  # pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import imagenet_resnet50, imagenet_vit_b16, imagenet_vit_l16  # pylint: disable=g-import-not-at-top,wrong-import-position
-from trainer import experiment, memory, validation  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import values  # pylint: disable=g-import-not-at-top,wrong-import-position
+from trainer import experiment, memory  # pylint: disable=g-import-not-at-top,wrong-import-position
 from trainer.engines import spmd  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 RECIPES = {'resnet50': imagenet_resnet50, 'vit_b16': imagenet_vit_b16,
@@ -113,7 +114,7 @@ def measure_recipe(name: str, per_device_batch: int, dtype: str = 'bfloat16') ->
   batch replaced by per_device_batch on each batch-sharded device."""
   config = RECIPES[name].get_config()
   config.model.dtype, config.model.conv_form = dtype, 'xla'
-  data, fsdp, _ = validation.resolve_mesh_shape(config.mesh, NUM_DEVICES)
+  data, fsdp, _ = values.resolve_mesh_shape(config.mesh, NUM_DEVICES)
   recipe_batch_size = config.batch_size
   config.batch_size = per_device_batch * data * fsdp
   row = measure_config(config)

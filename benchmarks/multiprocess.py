@@ -5,7 +5,7 @@ user runs it: one process with 2 emulated devices, and 2 processes with 1
 device each through launch.py, the latter with the processes agreeing on
 stops and time-based saves after every step (runtime.agree_every_steps=1:
 one all-gather per step, which is what the stop check did before
-trainer/agreement.py) and every 10 steps (the default). images/s is the
+coordination/agreement.py) and every 10 steps (the default). images/s is the
 median of the logged intervals after the first (compilation and warm-up).
 One JSON line per run, with its provenance (benchmarks/provenance.py), on
 standard output (--out also appends them to a file), and a Markdown table

@@ -4,8 +4,8 @@ import logging
 
 from absl import logging as absl_logging
 
-_OWN_PACKAGES = ('/trainer/', '/planner/', '/probe/', '/cli/', '/input_pipeline/', '/models/',
-                 '/configs/', '/core/', '/main.py')
+_OWN_PACKAGES = ('/trainer/', '/planner/', '/probe/', '/modes/', '/cli/', '/input_pipeline/',
+                 '/models/', '/coordination/', '/configs/', '/core/', '/main.py')
 
 
 class _OwnInfoOnly(logging.Filter):

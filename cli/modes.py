@@ -58,27 +58,27 @@ def _train(config, workdir, context) -> int:
 
 def _eval(config, workdir, context) -> int:
   del context
-  from trainer import evaluate  # pylint: disable=g-import-not-at-top
-  print(evaluate.summary_json(evaluate.evaluate_checkpoint(config, workdir)), flush=True)
+  from modes import eval as eval_mode  # pylint: disable=g-import-not-at-top
+  print(eval_mode.summary_json(eval_mode.evaluate_checkpoint(config, workdir)), flush=True)
   return 0
 
 
 def _predict(config, workdir, context) -> int:
   del context
-  from trainer import predict  # pylint: disable=g-import-not-at-top
+  from modes import predict  # pylint: disable=g-import-not-at-top
   predict.run_predict(config, workdir)
   return 0
 
 
 def _export(config, workdir, context) -> int:
   del context
-  from trainer import export  # pylint: disable=g-import-not-at-top
+  from modes import export  # pylint: disable=g-import-not-at-top
   return _print_json(export.run_export(config, workdir))
 
 
 def _bench(config, workdir, context) -> int:
   del context
-  from trainer import bench  # pylint: disable=g-import-not-at-top
+  from modes import bench  # pylint: disable=g-import-not-at-top
   return _print_json(bench.run_bench(config, workdir))
 
 
@@ -91,8 +91,9 @@ def _plan(config, workdir, context) -> int:
 
 def _study(config, workdir, context) -> int:
   del context
+  from cli import validation  # pylint: disable=g-import-not-at-top
   from planner import study  # pylint: disable=g-import-not-at-top
-  return _print_json(study.run_study(config, workdir))
+  return _print_json(study.run_study(config, workdir, validation.check_study_cell))
 
 
 def _probe(config, workdir, context) -> int:
@@ -121,11 +122,10 @@ def _check_probe_keys(config) -> None:
 
 
 def _check_plan_devices(config) -> None:
-  # Not through planner/: its modules start a JAX backend when imported,
-  # which must wait for the runtime's start.
-  from trainer import validation  # pylint: disable=g-import-not-at-top
-  validation.check_plan_devices_named(config.plan)
-  validation.plan_batches(config)
+  # planner/checks.py alone: the planner's other modules start a JAX backend
+  # when imported, which must wait for the runtime's start.
+  from planner import checks  # pylint: disable=g-import-not-at-top
+  checks.check_plan_mode(config)
 
 
 MODES = {

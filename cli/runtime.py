@@ -9,6 +9,7 @@ from absl import logging
 
 from cli import device_visibility
 from cli import gpu_settings
+from configs.values import CLUSTERS, at_least, one_of
 from core.errors import UsageError
 
 # What each cluster's launcher sets in every process (the variables JAX's
@@ -26,6 +27,17 @@ _CLUSTER_ENV = {
 # on huge pages and keep freed memory for reuse.
 MALLOC_TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4294967296:'
                    'glibc.malloc.trim_threshold=4294967296')
+
+
+def check_config(config) -> None:
+  """runtime.*: devices, the cluster, time-outs, the agreement's cadence;
+  UsageError with one line."""
+  at_least('runtime.num_cpu_devices', config.runtime.num_cpu_devices, 0)
+  at_least('runtime.device_memory_gib', config.runtime.device_memory_gib, 0.0)
+  one_of('runtime.cluster', config.runtime.cluster, CLUSTERS)
+  at_least('runtime.init_timeout_s', config.runtime.init_timeout_s, 1)
+  at_least('runtime.heartbeat_timeout_s', config.runtime.heartbeat_timeout_s, 1)
+  at_least('runtime.agree_every_steps', config.runtime.agree_every_steps, 1)
 
 
 def command_line_mode(argv) -> str | None:
@@ -139,7 +151,7 @@ def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
   args['local_device_ids'] = list(view.local_device_ids)
   # JAX's preemption service would take SIGTERM over (a C++ handler that
   # only records a notice, which nothing here reads): the signal must stay
-  # with trainer/preemption.py, which stops every process at one step.
+  # with coordination/preemption.py, which stops every process at one step.
   jax.config.update('jax_enable_preemption_service', False)
   try:
     jax.distributed.initialize(**args, **timeouts)

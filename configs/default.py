@@ -211,7 +211,7 @@ def get_config() -> ml_collections.ConfigDict:
   # A process that stops answering for this long ends the run on all others.
   config.runtime.heartbeat_timeout_s = 30
   # Processes agree on stops and time-based saves every this many steps
-  # (trainer/agreement.py): a stop or save waits at most that long.
+  # (coordination/agreement.py): a stop or save waits at most that long.
   config.runtime.agree_every_steps = 10
   # Keep compiled programs in this folder (shared by every run that uses it)
   # and load them instead of compiling again: restarts and evals start in

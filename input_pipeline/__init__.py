@@ -31,6 +31,7 @@ The map, by job:
   decoding     preprocess.py and crops.py (TensorFlow ops per example),
                tf_setup.py (TensorFlow imported quietly, off accelerators)
   augmenting   augmentation.py (the data.* keys, no TensorFlow),
+               augment_checks.py (their values, and CutMix's, checked),
                host_augment.py (their draws in the stream, their ops in
                tf.data): randaugment.py with image_ops.py, random_erasing.py
   one batch    stream.py (a split as a stream of steps' inputs) ->

@@ -23,11 +23,12 @@ import dataclasses
 import math
 import typing
 
-from trainer import validation
+from configs import values
 from planner import formulas
+from trainer.engines import allreduce
 
-ALLREDUCE_ALGORITHMS = validation.ALLREDUCE_ALGORITHMS
-PS_PLACEMENTS = validation.PS_PLACEMENTS
+ALLREDUCE_ALGORITHMS = allreduce.ALGORITHMS  # the engine's own
+PS_PLACEMENTS = values.PS_PLACEMENTS
 STRATEGIES = ALLREDUCE_ALGORITHMS + ('ps',)
 # The share of T_C that communication can overlap when a framework sends
 # each layer's gradient as backprop produces it: the backward pass. By FLOPs

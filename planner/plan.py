@@ -30,17 +30,17 @@ import os
 from absl import logging
 import jax
 
-from core.errors import UsageError
-from trainer import experiment
-from trainer import memory
+from configs import values
+from coordination import workdir_lock
 from core import units
-from trainer import validation
-from trainer import workdir_lock
-from trainer.engines import emulation
+from core.errors import UsageError
 from planner import cluster_model as cm
 from planner import from_probe
 from planner import measure
 from planner import recommend
+from trainer import experiment
+from trainer import memory
+from trainer.engines import emulation
 
 PLAN_FILE = 'plan.json'
 
@@ -164,16 +164,16 @@ def _cluster_compute(plan, exp, local_workers, batches, capacity, model_name) ->
 
 
 def _measure_and_plan(config, workdir: str) -> dict:
-  plan = config.plan  # values checked by trainer/validation.py
+  plan = config.plan  # values checked by planner/checks.py
   share = backprop_share(plan)  # before anything is measured
-  batches = validation.plan_batches(config)
+  batches = values.plan_batches(config)
   local_workers = emulation.NetworkSpec.from_config(config.network, jax.device_count()).num_workers
   if local_workers > jax.device_count():
     raise UsageError(f'network.num_workers={local_workers}: the sweep runs that many '
                      f'workers here, but {jax.device_count()} devices are present')
   cluster = describe_cluster(plan, plan.num_workers or local_workers)
-  algorithms = validation.parse_names('plan.allreduce_algorithms', plan.allreduce_algorithms,
-                                      validation.ALLREDUCE_ALGORITHMS, 'algorithm')
+  algorithms = values.parse_names('plan.allreduce_algorithms', plan.allreduce_algorithms,
+                                  cm.ALLREDUCE_ALGORITHMS, 'algorithm')
   strategies = algorithms + ['ps']
   # Speed is measured on synthetic data: no input pipeline in the way.
   config = config.copy_and_resolve_references()

@@ -24,22 +24,22 @@ from absl import logging
 import jax
 import numpy as np
 
+from configs.values import parse_list, parse_names
+from coordination import workdir_lock
+from core import timing
+from core import units
 from core.errors import UsageError
 from models import registry
-from trainer import validation
-from trainer.validation import parse_list
+from planner import cluster_model
+from planner import formulas
+from planner import measure
+from planner import report
 from trainer import device_input
 from trainer import engines
 from trainer import experiment
 from trainer import progress
 from trainer import state as state_lib
-from core import timing
-from core import units
-from trainer import workdir_lock
-from planner import cluster_model
-from planner import formulas
-from planner import measure
-from planner import report
+from trainer.engines import allreduce
 
 RESULTS_FILE = 'study.jsonl'
 _WARMUP_STEPS = 2
@@ -49,8 +49,8 @@ _SAMPLE_REPEATS = 1
 
 
 def study_engines(config) -> list[str]:
-  """study.engines as names, in order, each once (checked by validation.py)."""
-  return list(dict.fromkeys(validation.parse_names(
+  """study.engines as names, in order, each once (checked by planner/checks.py)."""
+  return list(dict.fromkeys(parse_names(
       'study.engines', config.study.engines, engines.emulated_names(), 'engine')))
 
 
@@ -70,11 +70,11 @@ def grid(config) -> list[dict]:
   """Every cell of the study, in the order they run: each setting's engines
   one after another, so that what the engines are compared on runs close
   together in time on a machine whose speed drifts."""
-  study = config.study  # values checked by trainer/validation.py
-  models = validation.parse_names('study.models', study.models, registry.MODEL_NAMES, 'model')
+  study = config.study  # values checked by planner/checks.py
+  models = parse_names('study.models', study.models, registry.MODEL_NAMES, 'model')
   bandwidths = parse_list('study.link_bandwidths_gbps', study.link_bandwidths_gbps, float)
-  algorithms = validation.parse_names('study.allreduce_algorithms', study.allreduce_algorithms,
-                                      validation.ALLREDUCE_ALGORITHMS, 'algorithm')
+  algorithms = parse_names('study.allreduce_algorithms', study.allreduce_algorithms,
+                           allreduce.ALGORITHMS, 'algorithm')
   cells = []
   for model in models:
     for workers in parse_list('study.num_workers', study.num_workers):
@@ -88,16 +88,16 @@ def grid(config) -> list[dict]:
   return cells
 
 
-def check(config, num_devices: int) -> list[dict]:
-  """The grid, or UsageError for one that cannot run here."""
+def check(config, num_devices: int, check_cell) -> list[dict]:
+  """The grid, or UsageError for one that cannot run here.
+  check_cell(cell config, num_devices): every check main.py runs
+  (cli/validation.py: check_study_cell, which calls this package's too)."""
   cells = grid(config)
   for c in cells:
-    # Every cell is a config of its own: the trainer's checks, with the cell
-    # named, before any cell runs.
+    # Every cell is a config of its own: the checks, with the cell named,
+    # before any cell runs.
     try:
-      one = cell_config(config, c)
-      validation.check_config(one)
-      validation.check_against_devices(one, num_devices=num_devices, num_processes=1)
+      check_cell(cell_config(config, c), num_devices)
     except UsageError as e:
       raise UsageError(f'study cell {c}: {e}') from e
   return cells
@@ -331,15 +331,16 @@ def load_results(workdir: str) -> dict:
   return {cell_key(r['cell']): r for r in rows}
 
 
-def run_study(config, workdir: str) -> dict:
-  """Runs the missing cells, then writes study.md and the plots."""
+def run_study(config, workdir: str, check_cell) -> dict:
+  """Runs the missing cells, then writes study.md and the plots (check_cell:
+  as for `check`)."""
   with workdir_lock.hold(workdir, 'study', process_index=jax.process_index(),
                          process_count=jax.process_count()):
     # A cache the run already has (runtime.compilation_cache_dir) serves as
     # well, and keeps what an earlier study compiled.
     if not jax.config.jax_compilation_cache_dir:
       measure.reuse_compilations(tempfile.mkdtemp(prefix='study_xla_cache_'))
-    return run_cells(config, workdir)
+    return run_cells(config, workdir, check_cell)
 
 
 def _run_cell(config, workdir: str, cell: dict, measure_step, predictor) -> dict:
@@ -363,9 +364,10 @@ def _run_cell(config, workdir: str, cell: dict, measure_step, predictor) -> dict
           'error': (prediction['predicted_step_s'] - measured) / measured}
 
 
-def run_cells(config, workdir: str, measure_step=measure_step_s,
+def run_cells(config, workdir: str, check_cell, measure_step=measure_step_s,
               predictor: Predictor | None = None) -> dict:
-  """Runs the cells not in study.jsonl yet and writes the report.
+  """Runs the cells not in study.jsonl yet and writes the report (check_cell:
+  as for `check`).
 
   measure_step(exp, steps, between) -> (median step seconds, phase split),
   calling between() after each timed step, is the study's only contact
@@ -373,7 +375,7 @@ def run_cells(config, workdir: str, measure_step=measure_step_s,
   predictions: the two meet in the row's error and nowhere else (tests
   replace either to show that).
   """
-  cells = check(config, jax.device_count())
+  cells = check(config, jax.device_count(), check_cell)
   os.makedirs(workdir, exist_ok=True)
   done = load_results(workdir)
   todo = [c for c in cells if cell_key(c) not in done]

@@ -1,7 +1,7 @@
 """How fast this host's input pipeline makes batches of the configured data.
 
 The same measurement as --mode=bench with bench.data=real
-(trainer/bench.py: time_input): the pipeline alone, no step, every process
+(trainer/host_input.py: time_input): the pipeline alone, no step, every process
 at once, each on its share of the data. CPU time per image is the
 process's own (tf.data's threads included); images/s per core follows
 from it.
@@ -9,7 +9,7 @@ from it.
 
 from input_pipeline import create_dataset
 from probe import processes
-from trainer import bench
+from trainer import host_input
 
 _WARMUP_BATCHES = 1  # the pipeline's threads start and its buffers fill
 
@@ -31,9 +31,9 @@ def measure(data, batches: int) -> dict:
   stream = data.train_batches(0)
   try:
     processes.barrier()
-    images_per_sec, cpu_ms = bench.time_input(stream, _WARMUP_BATCHES, batches)
+    images_per_sec, cpu_ms = host_input.time_input(stream, _WARMUP_BATCHES, batches)
   finally:
     stream.close()  # its threads stop before anything else is timed
   cpu_ms = round(cpu_ms, 3)  # as bench records it: the verdict's words follow from it
   return {'images_per_sec': images_per_sec, 'cpu_ms_per_image': cpu_ms,
-          'images_per_sec_per_core': 1000.0 / cpu_ms, 'host_cores': bench.host_cores()}
+          'images_per_sec_per_core': 1000.0 / cpu_ms, 'host_cores': host_input.host_cores()}

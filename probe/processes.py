@@ -8,7 +8,7 @@ training. With one process these are free.
 import jax
 import numpy as np
 
-from trainer import agreement
+from coordination import agreement
 
 
 def barrier() -> None:

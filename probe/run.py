@@ -82,7 +82,10 @@ import jax
 import ml_collections
 import numpy as np
 
+from coordination import agreement
+from coordination import workdir_lock
 from core import atomic
+from core import units
 from core.errors import UsageError
 from probe import collectives
 from probe import compute
@@ -95,12 +98,9 @@ from probe import report
 from probe import settings
 from probe import step_cost
 from probe import step_program
-from trainer import agreement
 from trainer import experiment
 from trainer import host_input
 from trainer import memory
-from core import units
-from trainer import workdir_lock
 
 SCHEMA_VERSION = 2
 RESULT_FILE_NAME = 'probe.json'

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
+from configs import values
 from core.errors import UsageError
-from trainer import validation
 
 HOST_GROUPINGS = ('auto', 'process', 'hostname')  # probe.host_grouping
 FLOAT_BYTES = 4  # the collectives move float32 elements
@@ -31,8 +31,8 @@ def check_config(config) -> None:
 
 
 def per_device_batches(config) -> list[int]:
-  """The per-device batches the probe times (validation.plan_batches)."""
-  return validation.plan_batches(config)
+  """The per-device batches the probe times (configs/values.py: plan_batches)."""
+  return values.plan_batches(config)
 
 
 def message_sizes(smallest: int, largest: int, count: int, multiple: int) -> list[int]:

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from configs import default
+from coordination import agreement
 from core.errors import RunFailure, UsageError
 from tests.helpers import run_main, xla_flags
 from tests.test_end_to_end import tiny_synthetic_run_flags
-from trainer import agreement
 from trainer import checkpointing
 
 

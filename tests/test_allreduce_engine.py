@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import pytest
 
+from cli import validation
 from core.errors import UsageError
 from tests.helpers import run_main
 from tests.test_end_to_end import _records, tiny_synthetic_run_flags
 from tests.test_ps_engine import _config, _max_difference, _train
-from trainer import validation
 from trainer.engines.allreduce import ring as ring_lib
 from trainer.engines.emulation import topology
 

@@ -16,6 +16,7 @@ import pytest
 from configs import default
 from core.errors import UsageError
 import input_pipeline
+from cli import validation
 from input_pipeline import augmentation as augmentation_lib
 from input_pipeline import example_seeds
 from input_pipeline import host_augment
@@ -30,7 +31,6 @@ from input_pipeline.tf_setup import tf
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_run_flags
 from trainer import step_functions
-from trainer import validation
 from trainer.engines.emulation import workers
 
 SIZE = 32

@@ -10,14 +10,15 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint._src.path import async_path
 import pytest
 
-from core.errors import UsageError
 from configs import default
+from core.errors import UsageError
+from modes import eval as eval_mode
 from tests.test_train_step import _config, build, run_steps
 from trainer import checkpointing
-from trainer import evaluate
 from trainer import experiment
 from trainer import init_from
 from trainer import state as state_lib
+from trainer import tree_paths
 
 
 @pytest.fixture(scope='module')
@@ -185,7 +186,7 @@ def arrays_read(monkeypatch):
 
   def restore(self, step, *args, **kwargs):
     restored = original(self, step, *args, **kwargs)
-    for path, leaf in checkpointing.leaves_by_path(restored.get('state', {})).items():
+    for path, leaf in tree_paths.leaves_by_path(restored.get('state', {})).items():
       if isinstance(leaf, jax.Array):
         read[path] = leaf.sharding
     return restored
@@ -195,7 +196,7 @@ def arrays_read(monkeypatch):
 
 def _assert_read_only_weights_on_their_shardings(read, abstract_state):
   assert read and not any(path.startswith('opt_state') for path in read), sorted(read)
-  expected = checkpointing.leaves_by_path(abstract_state)
+  expected = tree_paths.leaves_by_path(abstract_state)
   for path, sharding in read.items():
     assert sharding == expected[path].sharding, path
   assert any(not s.is_fully_replicated for p, s in read.items() if p.startswith('params/'))
@@ -203,7 +204,7 @@ def _assert_read_only_weights_on_their_shardings(read, abstract_state):
 
 def test_eval_mode_reads_only_weights_onto_the_target_sharding(saved_run, arrays_read):
   workdir, state = saved_run
-  summary = evaluate.evaluate_checkpoint(_tiny_config(), workdir)
+  summary = eval_mode.evaluate_checkpoint(_tiny_config(), workdir)
   assert summary['step'] == 3 and summary['num_examples'] == 16
   exp = experiment.build_experiment(_tiny_config(), workdir)
   _assert_read_only_weights_on_their_shardings(arrays_read, exp.abstract_state)

@@ -240,7 +240,7 @@ def test_an_unusable_workdir_exits_2_with_one_line_before_any_work(tmp_path, kin
 def test_keys_of_other_engines_are_named_as_ignored():
   # pylint: disable=g-import-not-at-top
   from configs import default
-  from trainer import validation
+  from cli import validation
   # pylint: enable=g-import-not-at-top
   config = default.get_config()
   assert validation.ignored_engine_keys(config) == []

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from cli import validation
 from configs import default
-from core.errors import UsageError
 from core import units
-from trainer import validation
+from core.errors import UsageError
 from planner import cluster_model as cm
 from planner import formulas
 from planner import recommend
@@ -311,11 +311,6 @@ def test_bad_cluster_inputs_are_refused_in_one_line(key, value, fragment):
   with pytest.raises(UsageError) as error:
     validation.check_config(config)
   assert fragment in str(error.value) and '\n' not in str(error.value)
-
-
-def test_the_constants_of_validation_and_the_model_agree():
-  assert validation.ALLREDUCE_ALGORITHMS == cm.ALLREDUCE_ALGORITHMS
-  assert validation.PS_PLACEMENTS == cm.PS_PLACEMENTS
 
 
 def test_overlap_hides_communication_behind_the_backward_pass_only():

@@ -5,7 +5,7 @@ Hypothesis draws a few keys at a time, each with a value of its type, a value
 of another type (a recipe or a config.json), or the text of
 --config.KEY=TEXT, and runs what main.py runs before any work: the schema,
 the overrides, validation.check_config, the data checks and
-validation.check_against_devices for a few device and process counts. No
+validation.check_against_devices (cli/validation.py) for a few device and process counts. No
 training, no device: the draws are fixed (derandomize), so a failure here
 fails the same way everywhere.
 """
@@ -16,12 +16,14 @@ from hypothesis import given, HealthCheck, settings, strategies as st
 import pytest
 
 from cli import config_loader
+from cli import validation
 from configs import default, schema, sharding
+from configs import values
 from core.errors import UsageError
 from input_pipeline import check_data_config, DataError
 from input_pipeline import validate as data_validate
 from models import conv_forms, registry, remat
-from trainer import engines, eval_data, validation
+from trainer import engines, eval_data
 from trainer.engines import ps
 
 DEFAULTS = schema.dotted_items(default.get_config())
@@ -35,12 +37,12 @@ PATH_KEYS = ('data.dir', 'data.manual_dir', 'eval.data_dir', 'init.from_workdir'
 KNOWN_TEXT = sorted(
     {v for v in DEFAULTS.values() if isinstance(v, str)} |
     set(registry.MODEL_NAMES) | set(registry.DTYPES) | set(remat.MODES) |
-    set(conv_forms.FORMS) | set(validation.OPTIMIZERS) |
-    set(validation.LR_SCALINGS) | set(validation.LR_SCHEDULES) |
+    set(conv_forms.FORMS) | set(values.OPTIMIZERS) |
+    set(values.LR_SCALINGS) | set(values.LR_SCHEDULES) |
     set(engines.names()) | set(ps.MODES) |
-    set(ps.PARTITIONERS) | set(validation.NONFINITE) |
-    set(validation.CLUSTERS) | set(data_validate.SOURCES) |
-    set(data_validate.AUGMENTATIONS) | set(validation.MESH_AXES) |
+    set(ps.PARTITIONERS) | set(values.NONFINITE) |
+    set(values.CLUSTERS) | set(data_validate.SOURCES) |
+    set(data_validate.AUGMENTATIONS) | set(values.MESH_AXES) |
     {part for rule in sharding.FSDP_TENSOR for part in rule} |
     {'auto', 'best', '0', '7', '²', '1,3', '3,1', '1,2,3', '2,4', 'mnist',
      'imagenet2012', 'train[:10%]', 'test', 'resnet18,vit_b16', ',', ''})

@@ -12,7 +12,7 @@ Each is checked without running it, by the
 project's own parsing: every flag is one main.py defines (cli/flags_parser.py)
 and its value parses (--mode, --list), --workdir is there when the mode needs
 one, the recipe exists, and the config it builds with every --config.KEY=VALUE
-(cli/config_loader.py) passes validation (trainer/validation.py), and a
+(cli/config_loader.py) passes validation (cli/validation.py), and a
 train, bench or eval command fits the devices of the 2-core CPU machine the
 docs measure on (one per core, or runtime.num_cpu_devices; launch.py's
 processes x --devices): its mesh, batch and emulated workers.
@@ -51,11 +51,11 @@ import pytest
 
 from cli import config_loader
 from cli import flags_parser
+from cli import validation
 from configs import default
 from configs import schema
 from core.errors import UsageError
 from tests.helpers import REPO
-from trainer import validation
 
 DEFAULT_RECIPE = os.path.join(REPO, 'configs', 'quickstart.py')
 DOC_MACHINE_CORES = 2  # the CPU machine of the docs' commands and figures

@@ -12,13 +12,14 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from cli import validation
 from configs import default
 from core.errors import UsageError
 from tests.helpers import run_main
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import checkpointing
 from trainer import optim
-from trainer import validation
+from trainer import tree_paths
 
 
 def test_the_average_follows_the_parameters_after_each_update():
@@ -89,7 +90,7 @@ def test_training_evaluates_raw_and_ema_weights_and_eval_mode_restores_either(tm
   assert evals[-1]['ema_loss'] != evals[-1]['loss']
 
   # The checkpoint holds the average beside the parameters, of their shapes.
-  saved = checkpointing.leaves_by_path(ocp.CheckpointManager(
+  saved = tree_paths.leaves_by_path(ocp.CheckpointManager(
       os.path.join(workdir, checkpointing.LATEST_DIR)).item_metadata(4)['state'])
   params = {k[len('params/'):]: v for k, v in saved.items() if k.startswith('params/')}
   ema = {k.split('/ema/', 1)[1]: v for k, v in saved.items() if '/ema/' in k}

@@ -151,7 +151,7 @@ def test_predict_classifies_a_folder_a_list_and_files_and_skips_the_unreadable(
 
 def test_predict_reads_the_number_of_classes_off_a_checkpoint(trained_workdir):
   """Without classes.json (tfds data) the classifier's width says it."""
-  from trainer import predict  # pylint: disable=g-import-not-at-top
+  from modes import predict  # pylint: disable=g-import-not-at-top
   directory = os.path.join(trained_workdir, 'checkpoints')
   assert predict.saved_num_classes(directory, STEPS) == 10
   assert predict.top_k(np.array([0.1, 0.6, 0.3]), 2, None) == [

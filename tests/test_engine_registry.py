@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from cli import validation
 from configs import default
 from core.errors import UsageError
 from tests import toy_engine
@@ -15,7 +16,6 @@ from tests.helpers import REPO
 from trainer import checkpointing
 from trainer import engines
 from trainer import train
-from trainer import validation
 
 
 def _tiny_config(engine: str):
@@ -78,11 +78,13 @@ def test_an_engines_own_checks_run_only_when_it_is_configured():
 
 def test_validation_and_the_engines_packages_touch_no_device():
   """jax.distributed.initialize must come before anything starts a backend;
-  validation and each mode's own checks run before it, and validation
-  imports every engine's package."""
+  validation (cli/validation.py, with every owner's check it calls: the
+  planner's planner/checks.py among them) and each mode's own checks run
+  before it, and validation imports every engine's package."""
   code = ('import jax._src.xla_bridge as xb\n'
           'from configs import default\n'
-          'from trainer import engines, validation\n'
+          'from cli import validation\n'
+          'from trainer import engines\n'
           'validation.check_config(default.get_config())\n'
           'for name in engines.names(): engines.package(name)\n'
           'from cli import modes\n'

@@ -1,4 +1,4 @@
-"""--mode=export (trainer/export.py): a trained checkpoint as a TensorFlow
+"""--mode=export (modes/export.py): a trained checkpoint as a TensorFlow
 SavedModel that gives the trainer's evaluation logits; bad inputs; and the
 code blocks of docs/export.md, run as written, so the page cannot rot."""
 
@@ -16,13 +16,14 @@ import pytest
 from configs import schema
 from core.errors import UsageError
 from input_pipeline import single_images
+from modes import eval as eval_mode
+from modes import export
 from tests.helpers import REPO, run_main
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import checkpointing
-from trainer import evaluate
 from trainer import experiment
-from trainer import export
 from trainer import step_functions
+from trainer import tree_paths
 
 STEPS = 2
 NUM_CLASSES = 10
@@ -67,7 +68,7 @@ def trainer_side(trained):
   states = {}
   for weights in ('raw', 'ema'):
     config.eval.weights = weights
-    states[weights] = evaluate.restore_chosen_weights(config, directory, STEPS,
+    states[weights] = eval_mode.restore_chosen_weights(config, directory, STEPS,
                                                       exp.abstract_state)
   forward = jax.jit(lambda variables, images: exp.model.apply(
       variables, step_functions.normalize_images(images), train=False))
@@ -154,7 +155,7 @@ def test_an_ema_export_holds_the_moving_average(trained, trainer_side, tmp_path,
   assert os.path.dirname(written['path']) == os.path.dirname(destination)  # renamed
   ema, raw = trainer_side.states['ema'], trainer_side.states['raw']
   for name, want in (('params', ema.params), ('batch_stats', raw.batch_stats)):
-    got, want = (checkpointing.leaves_by_path(t) for t in (written['variables'][name], want))
+    got, want = (tree_paths.leaves_by_path(t) for t in (written['variables'][name], want))
     assert set(got) == set(want)
     for path, array in got.items():
       np.testing.assert_array_equal(array, np.asarray(want[path]), err_msg=path)
@@ -242,7 +243,7 @@ def test_the_documented_orbax_block_reads_params_batch_stats_and_ema(
   expected = {'params': raw.params, 'batch_stats': raw.batch_stats,
               'ema': trainer_side.states['ema'].params}
   for name, tree in expected.items():
-    got, want = (checkpointing.leaves_by_path(t) for t in (namespace[name], tree))
+    got, want = (tree_paths.leaves_by_path(t) for t in (namespace[name], tree))
     assert set(got) == set(want), name
     for path, array in got.items():
       assert isinstance(array, np.ndarray), path

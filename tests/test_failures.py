@@ -14,12 +14,12 @@ import pytest
 
 from cli import launcher
 from cli import runtime
+from coordination import workdir_lock
 from tests.helpers import REPO, run_main, xla_flags
 from tests.test_end_to_end import StderrLines, tiny_synthetic_run_flags
 from tests.test_launcher import _listening_addresses
 from trainer import checkpointing
 from trainer import metrics_log
-from trainer import workdir_lock
 
 # A bound on the time from a signal to the exit that holds on a loaded
 # machine; what the code guarantees is far less (docs/reliability.md).
@@ -222,7 +222,7 @@ def test_ctrl_c_during_start_up_exits_75_promptly_though_native_code_holds_the_p
   """Start-up's worst case: the main thread held in native code, where no
   Python handler runs; here the distributed init of process 0 of 2, waiting
   for a peer that never comes. A watcher thread ends the process 2 s after
-  the signal (trainer/preemption.py)."""
+  the signal (coordination/preemption.py)."""
   workdir = tmp_path / 'run'
   port = launcher.free_port()
   process = run_main(f'--workdir={workdir}', *tiny_synthetic_run_flags(),

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import MODEL_NAMES
 from models import create_model
 from models import has_batch_norm
+from models import MODEL_NAMES
 from models import registry
 
 # Tiny members of each family: the same code paths (stem, projection
@@ -129,7 +129,8 @@ def test_vit_width_sets_hidden_size_with_mlp_four_times_wider():
 def test_model_depth_sets_the_vit_encoder_blocks_and_is_refused_elsewhere():
   from configs import default  # pylint: disable=g-import-not-at-top
   from core.errors import UsageError  # pylint: disable=g-import-not-at-top
-  from trainer import experiment, validation  # pylint: disable=g-import-not-at-top
+  from cli import validation  # pylint: disable=g-import-not-at-top
+  from trainer import experiment  # pylint: disable=g-import-not-at-top
   config = default.get_config()
   config.model.name, config.model.depth, config.model.width = 'vit_ti16', 3, 64
   config.data.image_size = IMAGE_SIZE

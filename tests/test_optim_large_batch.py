@@ -10,11 +10,11 @@ import numpy as np
 import optax
 import pytest
 
+from cli import validation
 from configs import default
 from core.errors import UsageError
 from tests.test_train_step import _config, run_steps
 from trainer import optim
-from trainer import validation
 
 W = np.array([[3.0, 0.0], [0.0, 4.0]], np.float32)  # |W| = 5
 G = np.array([[1.0, 2.0], [2.0, 1.0]], np.float32)

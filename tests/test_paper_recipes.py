@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from cli import describe
+from cli import validation
 from configs import imagenet_resnet50, imagenet_resnet50_lars, imagenet_vit_b16, paper
-from core.errors import UsageError
 from configs.schema import dotted_items
+from core.errors import UsageError
 from models import registry
 from models import resnet
 from trainer import experiment
 from trainer import optim
 from trainer import specs
 from trainer import state as state_lib
-from trainer import validation
 from trainer.engines import spmd
 
 RECIPES = {'goyal': imagenet_resnet50, 'mlperf_lars': imagenet_resnet50_lars,

@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from cli import validation
 from configs import default
 from core.errors import UsageError
 from models import drop_path, registry
 from trainer import step_functions
-from trainer import validation
 
 IMAGE = 16
 

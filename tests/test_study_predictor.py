@@ -13,13 +13,14 @@ import jax
 import numpy as np
 import pytest
 
+from cli import validation
 from configs import default
 from core import units
-from trainer import state as state_lib
 from planner import cluster_model
 from planner import formulas
 from planner import report
 from planner import study
+from trainer import state as state_lib
 
 MB = 1e6
 GBIT = units.gbps_to_bytes_per_s(1.0)
@@ -104,8 +105,8 @@ def test_the_error_follows_the_engine_and_the_prediction_never_sees_it(tmp_path)
   for factor in (1.0, 2.0, 0.5):
     workdir = tmp_path / f'x{factor}'
     predictor = study.Predictor(config, measurements=FakeMeasurements())
-    summary = study.run_cells(config, str(workdir), measure_step=_engine_off_by(factor),
-                              predictor=predictor)
+    summary = study.run_cells(config, str(workdir), validation.check_study_cell,
+                              measure_step=_engine_off_by(factor), predictor=predictor)
     [rows[factor]] = [json.loads(l) for l in (workdir / 'study.jsonl').read_text().splitlines()]
     assert summary['cells'] == 1
   # The prediction is the same whatever the engine did...
@@ -135,7 +136,8 @@ def test_the_prediction_takes_the_median_of_samples_between_the_engines_steps(tm
         return (0.050, 0.500, 0.040)[len(taken) - 1]
 
   predictor = study.Predictor(config, measurements=Drifting())
-  study.run_cells(config, str(tmp_path), measure_step=_engine_off_by(1.0), predictor=predictor)
+  study.run_cells(config, str(tmp_path), validation.check_study_cell,
+                  measure_step=_engine_off_by(1.0), predictor=predictor)
   [row] = [json.loads(l) for l in (tmp_path / 'study.jsonl').read_text().splitlines()]
   # plan.repeats before the engine, one run per sample between its steps.
   assert taken == [3, 1, 1]
@@ -159,7 +161,8 @@ def test_each_sample_counts_the_kernel_cpu_of_the_workers_program(monkeypatch, t
         return 0.050
 
   predictor = study.Predictor(config, measurements=Faulting())
-  study.run_cells(config, str(tmp_path), measure_step=_engine_off_by(1.0), predictor=predictor)
+  study.run_cells(config, str(tmp_path), validation.check_study_cell,
+                  measure_step=_engine_off_by(1.0), predictor=predictor)
   [row] = [json.loads(l) for l in (tmp_path / 'study.jsonl').read_text().splitlines()]
   assert row['compute_kernel_cpu_s_planned'] == pytest.approx(0.020)
   assert row['predicted_step_s'] == pytest.approx(TRUE_STEP_S)  # not a term of it
@@ -450,7 +453,6 @@ def test_a_grid_over_hosts_runs_each_algorithm_where_hosts_hold_several_workers(
 ])
 def test_bad_host_grids_are_refused_in_one_line(key, value, message):
   from core.errors import UsageError  # pylint: disable=g-import-not-at-top
-  from trainer import validation  # pylint: disable=g-import-not-at-top
   with pytest.raises(UsageError) as error:
     validation.check_config(_tiny_config(**{key: value}))
   assert message in str(error.value) and '\n' not in str(error.value)

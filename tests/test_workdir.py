@@ -1,4 +1,4 @@
-"""The work dir: one owner at a time (trainer/workdir_lock.py), --mode=eval
+"""The work dir: one owner at a time (coordination/workdir_lock.py), --mode=eval
 beside it writing nothing, fault-injection keys that are never saved, and
 --workdir=~/x meaning the home folder's x."""
 
@@ -16,26 +16,27 @@ import numpy as np
 import pytest
 
 from cli import config_loader
+from cli import validation
 from configs import default
 from configs import schema
+from coordination import workdir_lock
 from core.errors import UsageError
+from modes import bench
+from modes import eval as eval_mode
+from planner import plan
+from planner import study
 from tests.helpers import REPO, xla_flags
 from tests.test_end_to_end import tiny_synthetic_run_flags
-from trainer import bench
 from trainer import checkpointing
-from trainer import evaluate
 from trainer import experiment
 from trainer import state as state_lib
 from trainer import train
-from trainer import workdir_lock
-from planner import plan
-from planner import study
 
 # Holds the lock of argv[1] until a line arrives on stdin, then leaves the
 # way argv[2] says: as a run that ends, fails, or stops after a save (75).
 _HOLDER = """
 import sys
-from trainer import workdir_lock
+from coordination import workdir_lock
 with workdir_lock.hold(sys.argv[1], 'train'):
   print('held', flush=True)
   sys.stdin.readline()
@@ -244,7 +245,9 @@ def test_every_process_of_a_run_stops_with_process_0s_line(tmp_path):
 
 @pytest.mark.parametrize('mode,run', [
     ('train', train.train_and_evaluate), ('bench', bench.run_bench),
-    ('plan', plan.run_plan), ('study', study.run_study)],
+    ('plan', plan.run_plan),
+    ('study', lambda config, workdir: study.run_study(config, workdir,
+                                                      validation.check_study_cell))],
     ids=['train', 'bench', 'plan', 'study'])
 def test_every_mode_that_writes_refuses_a_held_work_dir_before_any_work(
     tmp_path, mode, run):
@@ -377,7 +380,7 @@ def test_eval_beside_the_owner_writes_nothing_into_the_work_dir(tmp_path):
     checkpointer.save(3, state, {'step': 3})
     checkpointer.close()
     before = _snapshot(workdir)
-    summary = evaluate.evaluate_checkpoint(config, workdir)
+    summary = eval_mode.evaluate_checkpoint(config, workdir)
     assert summary['step'] == 3 and summary['num_examples'] == 16
     assert _snapshot(workdir) == before
   finally:
@@ -388,5 +391,5 @@ def test_eval_of_a_work_dir_without_checkpoints_creates_nothing(tmp_path):
   schema.save(_tiny_config(), str(tmp_path))
   before = _snapshot(tmp_path)
   with pytest.raises(UsageError, match='no checkpoint to evaluate'):
-    evaluate.evaluate_checkpoint(_tiny_config(), str(tmp_path))
+    eval_mode.evaluate_checkpoint(_tiny_config(), str(tmp_path))
   assert _snapshot(tmp_path) == before  # no checkpoints/ folder either

@@ -17,12 +17,12 @@ import math
 import os
 
 from absl import logging
-from flax import traverse_util
 import jax
 import orbax.checkpoint as ocp
 
 from core.errors import RunFailure, UsageError
 from trainer import optim
+from trainer.tree_paths import leaves_by_path, path_str, tree_from_paths
 
 LATEST_DIR = 'checkpoints'
 BEST_DIR = 'checkpoints_best'
@@ -59,21 +59,6 @@ def item_handlers() -> dict:
   """How each item of a checkpoint is stored; lets metadata be read alone."""
   return {'state': ocp.StandardCheckpointHandler(),
           'meta': ocp.JsonCheckpointHandler()}
-
-
-def path_str(path) -> str:
-  """'params/head/kernel' for a jax key path."""
-  return jax.tree_util.keystr(path, simple=True, separator='/')
-
-
-def leaves_by_path(tree) -> dict:
-  """{'params/head/kernel': leaf} for every leaf of `tree`."""
-  return {path_str(p): v for p, v in jax.tree_util.tree_leaves_with_path(tree)}
-
-
-def tree_from_paths(flat: dict) -> dict:
-  """The nested dicts of `leaves_by_path`'s output (for trees of dicts)."""
-  return traverse_util.unflatten_dict(flat, sep='/')
 
 
 @contextlib.contextmanager

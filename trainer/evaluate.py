@@ -1,9 +1,9 @@
-"""Evaluation: the compiled eval step, a full pass, and --mode=eval."""
+"""Evaluation: the compiled eval step and a full pass over the eval split.
 
-import dataclasses
+The training loop evaluates with it, and so does --mode=eval (modes/eval.py).
+"""
+
 import functools
-import json
-import os
 import time
 from typing import Callable
 
@@ -12,15 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.errors import UsageError
-from trainer import agreement
-from trainer import checkpointing
+from coordination import agreement
 from trainer import device_input
 from trainer import experiment
-from trainer import preemption
 from trainer import progress
 from trainer import step_functions
-from trainer import validation
 
 _PROGRESS_EVERY_S = 30.0
 
@@ -96,101 +92,3 @@ def _sum_over_processes(value: int) -> int:
   if jax.process_count() == 1:
     return int(value)
   return int(np.sum(agreement.gather_from_processes(np.int64(value))))
-
-
-def summary_json(summary: dict) -> str:
-  keys = ('step', 'weights', 'accuracy', 'top5', 'loss', 'num_examples')
-  return json.dumps({k: summary[k] for k in keys})
-
-
-def weights_only(exp: experiment.Experiment) -> experiment.Experiment:
-  """`exp` for a state without optimiser state (opt_state=None), as
-  checkpointing.restore_weights gives it: the eval step never reads it."""
-  return dataclasses.replace(
-      exp, state_shardings=exp.state_shardings.replace(opt_state=None),
-      abstract_state=exp.abstract_state.replace(opt_state=None))
-
-
-def choose_checkpoint(workdir: str, choice: str | int, latest_steps: list[int]) -> tuple[str, int]:
-  """(directory, step) of eval.checkpoint's choice: 'latest', 'best' or a step.
-
-  A step is looked up among the latest checkpoints, then in checkpoints_best/.
-  """
-  best_steps = checkpointing.best_steps(workdir)
-  latest_dir = os.path.join(workdir, checkpointing.LATEST_DIR)
-  best_dir = os.path.join(workdir, checkpointing.BEST_DIR)
-  if choice == 'latest':
-    if not latest_steps:
-      raise UsageError(f'--workdir={workdir}: no checkpoint to evaluate; train first')
-    return latest_dir, max(latest_steps)
-  if choice == 'best':
-    if not best_steps:
-      raise UsageError(f'eval.checkpoint=best: {best_dir} holds no checkpoint; train '
-                       'with checkpoint.keep_best=true, or evaluate latest or a step')
-    return best_dir, best_steps[-1]
-  if choice in latest_steps:
-    return latest_dir, choice
-  if choice in best_steps:
-    return best_dir, choice
-  available = sorted(set(latest_steps) | set(best_steps))
-  raise UsageError(f'eval.checkpoint={choice}: no such checkpoint; available: '
-                   f'{", ".join(map(str, available)) or "none"}')
-
-
-def restore_chosen_weights(config, directory: str, step: int, abstract_state):
-  """Checkpoint `step`'s weights as eval.weights says: its parameters, or
-  their moving average in their place; batch statistics either way, and no
-  optimiser state."""
-  state = checkpointing.restore_weights(directory, step, abstract_state)
-  if config.eval.weights == 'ema':
-    state = state.replace(params=checkpointing.restore_ema(
-        directory, step, abstract_state.opt_state, abstract_state.params))
-  return state
-
-
-def evaluate_checkpoint(config, workdir: str) -> dict:
-  """--mode=eval: restore a checkpoint's weights, evaluate, return the
-  summary. The optimiser state is not read: the parameters and batch
-  statistics go straight onto their shardings. Nothing is written into the
-  work dir, so it may run beside the training that owns it."""
-  choice = validation.eval_checkpoint(config.eval.checkpoint)
-  directory, step = choose_checkpoint(workdir, choice, checkpointing.all_steps(workdir))
-  exp = experiment.build_experiment(config, workdir, eval_only=True)
-  agreement.check_same_run(config, num_eval_examples=exp.dataset.num_eval_examples,
-                           eval_checkpoint=f'{os.path.basename(directory)}/{step}')
-  state = restore_chosen_weights(config, directory, step, exp.abstract_state)
-  exp = weights_only(exp)
-  # A stop signal ends this process at once, with exit 75 (main.py), as in
-  # start-up: it has written nothing, so there is nothing to agree on. The
-  # launcher (or the cluster's) signals every process; one stopped alone
-  # leaves its peers waiting in a collective until launch.py stops them
-  # too (cli/launcher.py).
-  preemption.during_evaluation(step)
-  summary = {'step': step, 'weights': config.eval.weights, **run_evaluation(exp, compile_eval_step(exp), state,
-                                            _debug_pause(config, step))}
-  if summary['num_unreadable']:
-    # Named here, not in unreadable_files.txt: eval writes nothing there.
-    names = sorted(set().union(*exp.dataset.unreadable_examples().values()))
-    logging.warning('%d unreadable examples left out of the evaluation%s',
-                    summary['num_unreadable'],
-                    f', e.g. {", ".join(names[:5])}' if names else '')
-  logging.info('Evaluated step %d: top-1 %.4f, top-5 %.4f over %d examples',
-               step, summary['accuracy'], summary['top5'], summary['num_examples'])
-  return summary
-
-
-def _debug_pause(config, step: int) -> Callable[[int], bool] | None:
-  """debug.pause_at_step=STEP in --mode=eval: the tests' way to signal an
-  evaluation mid-pass. After the first batch of checkpoint STEP's pass, it
-  waits for the stop signal, which ends the process (main.py)."""
-  if config.debug.pause_at_step != step:
-    return None
-
-  def pause(batches_done: int) -> bool:
-    if batches_done == 1:
-      logging.warning('Paused at step %d in its evaluation, after batch 1 '
-                      '(debug.pause_at_step) until a stop signal', step)
-      while True:
-        time.sleep(0.01)
-    return False
-  return pause

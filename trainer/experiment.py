@@ -11,6 +11,7 @@ import jax
 import ml_collections
 import optax
 
+from configs.values import SEED_RANGE, at_least
 from core.errors import UsageError
 from input_pipeline import create_dataset, PairedDataset
 from models import registry
@@ -20,6 +21,21 @@ from trainer import optim
 from trainer import state as state_lib
 
 CLASS_MAP_FILE_NAME = 'classes.json'
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """How long training runs, on what batches, from which seed; UsageError
+  with one line."""
+  at_least('batch_size', config.batch_size, 1)
+  at_least('num_train_steps', config.num_train_steps, 0)
+  at_least('num_epochs', config.num_epochs, 0.0)
+  if config.num_train_steps == 0 and not config.num_epochs > 0:
+    raise UsageError(f'num_epochs={config.num_epochs!r} must be > 0 '
+                     'when num_train_steps is 0')
+  if not SEED_RANGE[0] <= config.seed <= SEED_RANGE[1]:
+    raise UsageError(f'seed={config.seed} must be in [{SEED_RANGE[0]}, '
+                     f'{SEED_RANGE[1]}] (a 32-bit seed)')
+  at_least('grad_accum_steps', config.grad_accum_steps, 1)
 
 
 @dataclasses.dataclass

@@ -4,12 +4,14 @@ Decoding and augmenting an image costs `cpu_ms_per_image` milliseconds of
 CPU time (all of tf.data's threads); C cores that do nothing else decode at
 most C * 1000 / cpu_ms_per_image images a second. A host whose devices take
 more images a second than that is input-bound: the step waits for input,
-whatever the devices and the network could do. `--mode=bench` measures
-the cost (bench.data='real'); the planner takes it as given
-(plan.host_cpu_ms_per_image).
+whatever the devices and the network could do. `time_input` measures the
+cost, for --mode=bench (bench.data='real') and for the probe; the planner
+takes it as given (plan.host_cpu_ms_per_image).
 """
 
 import math
+import os
+import time
 
 
 def images_per_sec(cores: float, cpu_ms_per_image: float) -> float:
@@ -41,3 +43,26 @@ def verdict(device_images_per_sec: float, cores: int,
           f'{supply:,.0f} images/s at {cpu_ms_per_image:g} CPU-ms per image, '
           f'its devices take {device_images_per_sec:,.0f} ({_cores(needed)} '
           'busy)')
+
+
+def host_cores() -> int:
+  """The cores this process may run on (its CPU affinity)."""
+  return len(os.sched_getaffinity(0))
+
+
+def time_input(batches, warmup_batches: int, timed_batches: int
+               ) -> tuple[float, float]:
+  """(images per second, CPU ms per image) of host batches, no step.
+
+  CPU time is the process's (time.process_time: tf.data's threads
+  included), which other work on the machine disturbs far less than the
+  wall clock.
+  """
+  for _ in range(warmup_batches):
+    next(batches)
+  images = 0
+  wall, cpu = time.perf_counter(), time.process_time()
+  for _ in range(timed_batches):
+    images += len(next(batches)['label'])
+  wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+  return images / wall, 1000.0 * cpu / images

@@ -25,6 +25,7 @@ import orbax.checkpoint as ocp
 from core.errors import UsageError
 from trainer import checkpointing
 from trainer import optim
+from trainer import tree_paths
 
 HEAD_PREFIX = 'head/'  # the classifier of every model in models/
 
@@ -63,8 +64,8 @@ def _plan(state, init_config, step: int | None = None):
   finally:
     manager.close()
 
-  ours = checkpointing.leaves_by_path({'params': state.params, 'batch_stats': state.batch_stats})
-  theirs = checkpointing.leaves_by_path({'params': source['params'], 'batch_stats': source['batch_stats']})
+  ours = tree_paths.leaves_by_path({'params': state.params, 'batch_stats': state.batch_stats})
+  theirs = tree_paths.leaves_by_path({'params': source['params'], 'batch_stats': source['batch_stats']})
   target = {}
   for path, meta in theirs.items():
     mine = ours.get(path)
@@ -96,11 +97,11 @@ def initialize_from(state, init_config, step: int | None = None):
   """`state` with parameters and batch statistics taken from the source run
   (from its checkpoint `step`, if given: the one `check` chose)."""
   directory, step, target, ours = _plan(state, init_config, step)
-  loaded = checkpointing.leaves_by_path(
-      checkpointing.restore_subset(directory, step, checkpointing.tree_from_paths(target)))
+  loaded = tree_paths.leaves_by_path(
+      checkpointing.restore_subset(directory, step, tree_paths.tree_from_paths(target)))
 
   def pick(path, fresh):
-    return loaded.get(checkpointing.path_str(path), fresh)
+    return loaded.get(tree_paths.path_str(path), fresh)
   new = jax.tree_util.tree_map_with_path(
       pick, {'params': state.params, 'batch_stats': state.batch_stats})
   kept_fresh = sorted(set(ours) - set(target))

@@ -1,5 +1,6 @@
 """Learning-rate schedule and optimiser, both from the config."""
 
+import math
 import re
 from typing import Any, NamedTuple
 
@@ -7,7 +8,58 @@ import jax
 import ml_collections
 import optax
 
-from trainer import validation
+from configs import values
+from configs.values import LR_SCALINGS, LR_SCHEDULES, NONFINITE, OPTIMIZERS, at_least, one_of
+from core.errors import UsageError
+from models import registry
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """The optimiser's keys: its name, rates, decay, schedule, label smoothing,
+  mixup, momentum, what a non-finite step does, and the large-batch keys.
+  UsageError with one line."""
+  one_of('optimizer', config.optimizer, OPTIMIZERS)
+  for key in ('learning_rate', 'weight_decay', 'warmup_epochs', 'momentum',
+              'grad_clip_norm'):
+    value = config[key]
+    if not math.isfinite(value) or value < 0:
+      raise UsageError(f'{key}={value!r} must be a finite number >= 0')
+  at_least('warmup_steps', config.warmup_steps, 0)
+  one_of('lr_scaling', config.lr_scaling, LR_SCALINGS)
+  one_of('lr_schedule', config.lr_schedule, LR_SCHEDULES)
+  if not 0.0 <= config.label_smoothing < 1.0:
+    raise UsageError(f'label_smoothing={config.label_smoothing!r} must be in [0, 1)')
+  if not math.isfinite(config.mixup_alpha) or config.mixup_alpha < 0:
+    raise UsageError(f'mixup_alpha={config.mixup_alpha!r} must be >= 0 (0: off)')
+  if not 0.0 <= config.momentum < 1.0:
+    raise UsageError(f'momentum={config.momentum!r} must be in [0, 1)')
+  one_of('nonfinite', config.nonfinite, NONFINITE)
+  _check_large_batch_keys(config)
+
+
+def _check_large_batch_keys(config: ml_collections.ConfigDict) -> None:
+  """The step schedule, LARS's trust coefficient and layer-wise decay."""
+  try:
+    epochs = values.parse_step_epochs(config.lr_step_epochs)
+  except ValueError:
+    epochs = None
+  if epochs is None or any(not math.isfinite(e) or e <= 0 for e in epochs) or \
+      epochs != sorted(set(epochs)):
+    raise UsageError(f'lr_step_epochs={config.lr_step_epochs!r} must be increasing '
+                     f'epochs > 0, comma-separated (e.g. 30,60,80)')
+  if not math.isfinite(config.lr_step_factor) or not 0 < config.lr_step_factor <= 1:
+    raise UsageError(f'lr_step_factor={config.lr_step_factor!r} must be in (0, 1]')
+  if not math.isfinite(config.lr_poly_power) or config.lr_poly_power <= 0:
+    raise UsageError(f'lr_poly_power={config.lr_poly_power!r} must be a finite number > 0')
+  if not math.isfinite(config.trust_coefficient) or config.trust_coefficient <= 0:
+    raise UsageError(f'trust_coefficient={config.trust_coefficient!r} must be a '
+                     f'finite number > 0')
+  if not math.isfinite(config.layer_decay) or not 0 < config.layer_decay <= 1:
+    raise UsageError(f'layer_decay={config.layer_decay!r} must be in (0, 1] (1: off)')
+  if config.layer_decay != 1 and not registry.is_vit(config.model.name):
+    raise UsageError(f'layer_decay={config.layer_decay!r}: layer-wise decay is for '
+                     f'ViT models (their encoder blocks); model.name={config.model.name} '
+                     f'has none, use layer_decay=1')
 
 
 def peak_learning_rate(config: ml_collections.ConfigDict) -> float:
@@ -35,7 +87,7 @@ def create_learning_rate_fn(config: ml_collections.ConfigDict,
     # Goyal et al.: the rate falls by lr_step_factor at each epoch of
     # lr_step_epochs, counted from the start of training (warm-up included).
     boundaries = {max(int(round(e * steps_per_epoch)) - warmup, 1): config.lr_step_factor
-                  for e in validation.parse_step_epochs(config.lr_step_epochs)}
+                  for e in values.parse_step_epochs(config.lr_step_epochs)}
     after = optax.piecewise_constant_schedule(peak, boundaries)
   elif config.lr_schedule == 'poly':
     # MLPerf's LARS ResNet-50 (power 2): peak * (1 - t)^power over the steps

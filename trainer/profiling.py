@@ -11,16 +11,21 @@ import os
 from absl import logging
 import jax
 
-from trainer import validation
+from configs import values
 
 PROFILE_DIR_NAME = 'profile'
+
+
+def check_config(config) -> None:
+  """profile_steps: UsageError unless '' or 'A,B' with 1 <= A < B."""
+  values.profile_steps(config.profile_steps)
 
 
 class StepTracer:
   """Starts the trace before step A runs and stops it once step B-1 is done."""
 
   def __init__(self, workdir: str, profile_steps: str, enabled: bool):
-    steps = validation.profile_steps(profile_steps)  # None when ''
+    steps = values.profile_steps(profile_steps)  # None when ''
     self._steps = steps if enabled else None
     self._directory = os.path.join(workdir, PROFILE_DIR_NAME)
     self._active = False

@@ -7,7 +7,7 @@ import dataclasses
 from absl import logging
 
 from configs import schema
-from trainer import agreement as agreement_lib
+from coordination import agreement as agreement_lib
 from trainer import checkpointing
 from trainer import experiment
 from trainer import init_from
@@ -27,7 +27,7 @@ class Start:
 
 def choose_start(exp: experiment.Experiment, workdir: str) -> Start:
   """Where this run starts, checked to be the same on every process before
-  anything is compiled or written (trainer/agreement.py)."""
+  anything is compiled or written (coordination/agreement.py)."""
   config = exp.config
   resume_step = checkpointing.latest_step(workdir)
   # init.* says how a run starts: once the work dir has a checkpoint, the

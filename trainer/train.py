@@ -11,10 +11,13 @@ import jax
 import numpy as np
 
 from configs import schema
+from coordination import agreement as agreement_lib
+from coordination import preemption
+from coordination import workdir_lock
 from core.errors import RunFailure
 from input_pipeline import folder
-from trainer import agreement as agreement_lib
 from trainer import checkpointing
+from trainer import debug_hooks
 from trainer import device_input
 from trainer import engines
 from trainer import evaluate
@@ -22,11 +25,9 @@ from trainer import experiment
 from trainer import metrics_log
 from trainer import mfu
 from trainer import optim
-from trainer import preemption
 from trainer import profiling
 from trainer import run_start
 from trainer import unreadable
-from trainer import workdir_lock
 
 
 class NonFiniteLoss(RunFailure):
@@ -193,7 +194,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
       size=config.data.prefetch_batches)
 
   # --- Loop: a step, then what is due after it (progress line, evaluation,
-  # the processes' agreement, a save, a stop), in that order.
+  # the tests' hooks, the processes' agreement, a save, a stop), in that order.
   interval, last_save = _Interval(start_step), time.monotonic()
   step = start_step
   while step < total:
@@ -201,7 +202,6 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
     engine.step(next(batches))
     step += 1
     tracer.after_step(step, engine.state)
-    _fail_if_injected(config, step)
     if step % config.log_every_steps == 0 or step == total:
       interval = _log_progress(run, interval, step, batches)
     evaluated = step % eval_every == 0 or step == total
@@ -211,8 +211,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
       if metrics is None:  # a stop, agreed between eval batches
         return _stop_after_save(run, interval, step, eval_metrics, eval_pending=True)
       eval_metrics = metrics
-    if step == config.debug.pause_at_step:
-      _pause_until_stop_requested(step, stop)
+    debug_hooks.after_step(config, step, stop)  # the tests' failure or pause
     stop_now, save_due_by_clock = _agree(agreement, stop, config, step, last_save)
     if step % config.checkpoint.every_steps == 0 or step == total or save_due_by_clock:
       with interval.excluded():
@@ -249,14 +248,6 @@ def _start_engine(run: _Run, start: run_start.Start) -> tuple[int, dict | None]:
                'from step %d', dict(exp.mesh.shape), config.engine,
                config.batch_size, exp.total_steps, exp.steps_per_epoch, start_step)
   return start_step, meta
-
-
-def _fail_if_injected(config, step: int) -> None:
-  """debug.fail_at_step: the failure the tests inject."""
-  if step == config.debug.fail_at_step and jax.process_index() in (
-      config.debug.fail_process, -1):
-    raise RuntimeError(f'debug.fail_at_step={step}: the failure this key injects, '
-                       f'on process {jax.process_index()}')
 
 
 def _collect(run: _Run, interval: _Interval) -> None:
@@ -352,11 +343,11 @@ def _eval_stop(run: _Run, stop: preemption.StopRequest,
   batches (forward passes only, so shorter than as many train steps, the
   loop's own bound). One process decides alone, after every batch, for free.
   """
-  pause = step == run.exp.config.debug.pause_at_step
+  pause = debug_hooks.pause_in_evaluation(run.exp.config, step, stop)
 
   def stop_agreed(batches_done: int) -> bool:
-    if pause and batches_done == 1:
-      _pause_until_stop_requested(step, stop, 'in its evaluation, after batch 1 ')
+    if pause is not None:
+      pause(batches_done)
     return agreement.due(batches_done) and agreement.decide(stop.requested(), False)[0]
   return stop_agreed
 
@@ -405,18 +396,6 @@ def _stop_after_save(run: _Run, interval: _Interval, step: int, eval_metrics: di
                   'resume.', step, ' (its evaluation runs again on resume)'
                   if eval_pending else '')
   return TrainOutcome(step=step, preempted=True, eval_metrics=eval_metrics)
-
-
-def _pause_until_stop_requested(step: int, stop: preemption.StopRequest,
-                                where: str = '') -> None:
-  """debug.pause_at_step: the tests' way to signal a run at a known step,
-  whatever the machine's speed. The line below is what they wait for. At an
-  evaluated step the pause is in the evaluation, after its first batch (when
-  it has more than one), so that the signal lands mid-pass."""
-  logging.warning('Paused at step %d %s(debug.pause_at_step) until a stop signal',
-                  step, where)
-  while not stop.requested():
-    time.sleep(0.01)
 
 
 def _time_split(summary: dict, phases: tuple[str, ...]) -> str:

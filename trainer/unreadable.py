@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
+from coordination import agreement
 from core import atomic
-from trainer import agreement
 
 FILE_NAME = 'unreadable_files.txt'
 

@@ -98,6 +98,22 @@ def emulated_names() -> tuple[str, ...]:
   return tuple(n for n in REGISTRY if package(n).EMULATED)
 
 
+def check_config(config) -> None:
+  """engine names a registered engine; every engine's sections are checked
+  whatever the engine (the planner and the study read them); the configured
+  engine checks the rest it needs. UsageError with one line."""
+  from configs.values import one_of  # pylint: disable=g-import-not-at-top
+  one_of('engine', config.engine, names())
+  for name in names():
+    package(name).check_section(config)
+  package(config.engine).check_config(config)
+
+
+def check_against_devices(config, num_devices: int, num_processes: int) -> None:
+  """The configured engine's checks that need the device and process counts."""
+  package(config.engine).check_against_devices(config, num_devices, num_processes)
+
+
 def create_engine(exp) -> Engine:
   """The configured engine, compiled and ready to start (nothing written)."""
   return package(exp.config.engine).create(exp)

@@ -20,7 +20,7 @@ from jax import flatten_util
 import jax.numpy as jnp
 import numpy as np
 
-from trainer.checkpointing import path_str
+from trainer.tree_paths import path_str
 
 DTYPE = np.float32
 PARAMS, STATS = 'params', 'batch_stats'

@@ -16,8 +16,8 @@ name, so no other integer of an optimiser state is taken for one.
 import jax
 import numpy as np
 
-from trainer.checkpointing import path_str
 from trainer.engines.emulation.wire import PARAMS
+from trainer.tree_paths import path_str
 
 # The checkpoint metadata key of the asynchronous shards' exact step counts.
 ASYNC_COUNTS_KEY = 'ps_async_optimizer_counts'

@@ -3,7 +3,7 @@ XLA inserts the collectives (engine.py).
 
 Its part of the engine contract (trainer/engines/__init__.py): it reads no
 config section of its own, runs over the real devices and network, and its
-mesh and batch checks are the trainer's own (trainer/validation.py). Its
+mesh and batch checks are the trainer's own (trainer/mesh.py). Its
 modules load on use: importing the package touches no device (validation
 imports it before the runtime starts).
 """

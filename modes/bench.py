@@ -9,7 +9,7 @@ steady-state images/s, the step time's median and 90th percentile, the model's F
 image and the MFU against a matmul peak measured in the same run
 (trainer/mfu.py), and the fraction of the time spent waiting for input. The
 line is printed and appended to bench.jsonl in the work dir; nothing else
-stays there (the work dir's lock, trainer/workdir_lock.py, only while it
+stays there (the work dir's lock, coordination/workdir_lock.py, only while it
 runs), so a trained run's work dir can be benchmarked with its own config.
 """
 
@@ -23,6 +23,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from coordination import workdir_lock
 from trainer import device_input
 from trainer import engines
 from trainer import experiment
@@ -30,7 +31,6 @@ from trainer import host_input
 from trainer import mfu
 from trainer import progress
 from trainer import state as state_lib
-from trainer import workdir_lock
 
 RESULTS_FILE_NAME = 'bench.jsonl'
 
@@ -62,29 +62,6 @@ def run_bench(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return _timed_steps(config, workdir)
 
 
-def host_cores() -> int:
-  """The cores this process may run on (its CPU affinity)."""
-  return len(os.sched_getaffinity(0))
-
-
-def time_input(batches, warmup_batches: int, timed_batches: int
-               ) -> tuple[float, float]:
-  """(images per second, CPU ms per image) of host batches, no step.
-
-  CPU time is the process's (time.process_time: tf.data's threads
-  included), which other work on the machine disturbs far less than the
-  wall clock.
-  """
-  for _ in range(warmup_batches):
-    next(batches)
-  images = 0
-  wall, cpu = time.perf_counter(), time.process_time()
-  for _ in range(timed_batches):
-    images += len(next(batches)['label'])
-  wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-  return images / wall, 1000.0 * cpu / images
-
-
 def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
   real = config.bench.data == 'real'
   if not real:
@@ -103,7 +80,7 @@ def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  config.bench.steps)
     alone = exp.dataset.train_batches(0)
     try:
-      input_images_per_sec, cpu_ms = time_input(
+      input_images_per_sec, cpu_ms = host_input.time_input(
           alone, max(1, config.bench.warmup_steps), config.bench.steps)
     finally:
       alone.close()  # its threads stop before the step is timed
@@ -112,7 +89,7 @@ def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
         'input_images_per_sec': round(input_images_per_sec, 1),
         'input_cpu_ms_per_image': cpu_ms,
         'input_images_per_sec_per_core': round(1000.0 / cpu_ms, 1),
-        'host_cores': host_cores(),
+        'host_cores': host_input.host_cores(),
     }
   engine.start(state_lib.create_train_state(
       exp.model, exp.tx, config.data.image_size, exp.state_shardings, config.seed))

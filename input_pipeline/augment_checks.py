@@ -1,6 +1,6 @@
 """Checks of the augmentation keys: RandAugment, random erasing, repeated
 augmentation (config.data), CutMix and the mixup/CutMix switch. Called by
-validation.check_config; raises UsageError with one line."""
+cli/validation.py before the runtime starts; raises UsageError with one line."""
 
 import math
 

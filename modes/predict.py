@@ -15,14 +15,14 @@ from absl import logging
 import jax
 import numpy as np
 
+from configs import values
 from core import atomic
 from core.errors import UsageError
 from input_pipeline import single_images
+from modes import eval as eval_mode
 from trainer import checkpointing
-from trainer import evaluate
 from trainer import experiment
 from trainer import step_functions
-from trainer import validation
 
 
 def class_names(workdir: str) -> list[str] | None:
@@ -61,14 +61,14 @@ def run_predict(config, workdir: str) -> dict:
     raise UsageError('--mode=predict runs as one process; start it without '
                      'launch.py or srun')
   paths = single_images.list_inputs(config.predict.inputs)
-  choice = validation.eval_checkpoint(config.eval.checkpoint)
-  directory, step = evaluate.choose_checkpoint(workdir, choice,
+  choice = values.eval_checkpoint(config.eval.checkpoint)
+  directory, step = eval_mode.choose_checkpoint(workdir, choice,
                                                checkpointing.all_steps(workdir))
   names = class_names(workdir)
   num_classes = (len(names) if names else config.model.num_classes
                  or saved_num_classes(directory, step))
   exp = experiment.build_without_data(config, num_classes)
-  state = evaluate.restore_chosen_weights(config, directory, step, exp.abstract_state)
+  state = eval_mode.restore_chosen_weights(config, directory, step, exp.abstract_state)
   forward = jax.jit(functools.partial(step_functions.predict_step, model=exp.model))
   # Every batch is padded to one size that the batch-sharded devices divide:
   # one compiled program.

@@ -319,7 +319,7 @@ def hold(workdir: str, mode: str, *, process_index: int = 0, process_count: int 
   if process_count > 1:
     if allgather is None:
       # Here, not at the top: the lock alone needs no jax.
-      from trainer import agreement  # pylint: disable=g-import-not-at-top
+      from coordination import agreement  # pylint: disable=g-import-not-at-top
       allgather = agreement.gather_from_processes
     error = _from_process_zero(error, allgather)
   if failure is not None:

@@ -29,13 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs import values
 from core.errors import UsageError
+from modes import eval as eval_mode
+from modes import predict
 from trainer import checkpointing
-from trainer import evaluate
 from trainer import experiment
-from trainer import predict
 from trainer import step_functions
-from trainer import validation
 
 SIGNATURE = 'serving_default'
 INPUT_NAME = 'images'
@@ -165,15 +165,15 @@ def run_export(config, workdir: str) -> dict:
   if jax.process_count() > 1:
     raise UsageError('--mode=export runs as one process; start it without '
                      'launch.py or srun')
-  choice = validation.eval_checkpoint(config.eval.checkpoint)
-  directory, step = evaluate.choose_checkpoint(workdir, choice,
+  choice = values.eval_checkpoint(config.eval.checkpoint)
+  directory, step = eval_mode.choose_checkpoint(workdir, choice,
                                                checkpointing.all_steps(workdir))
   path = destination(config, workdir, step)
   names = predict.class_names(workdir)
   num_classes = (len(names) if names else config.model.num_classes
                  or predict.saved_num_classes(directory, step))
   exp = experiment.build_without_data(config, num_classes)
-  state = evaluate.restore_chosen_weights(config, directory, step, exp.abstract_state)
+  state = eval_mode.restore_chosen_weights(config, directory, step, exp.abstract_state)
   variables = model_variables(state)
   parent = os.path.dirname(path)
   try:

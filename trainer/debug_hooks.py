@@ -1,0 +1,66 @@
+"""The tests' hooks into a run (debug.*): a failure or a pause at a known step.
+
+The training loop calls `after_step` at one point after each step, once the
+step's progress line and evaluation are done; an evaluation (the loop's, or
+--mode=eval's) takes `pause_in_evaluation`'s callback. debug.nan_at_step is
+no hook: it is part of the compiled step (trainer/step_functions.py).
+"""
+
+import time
+from typing import Callable
+
+from absl import logging
+import jax
+
+from configs.values import at_least
+
+_WHERE_IN_EVALUATION = 'in its evaluation, after batch 1 '
+
+
+def check_config(config) -> None:
+  """debug.*: -1 (off) or a step; UsageError with one line."""
+  at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
+  at_least('debug.pause_at_step', config.debug.pause_at_step, -1)
+
+
+def after_step(config, step: int, stop) -> None:
+  """debug.fail_at_step raises; debug.pause_at_step waits for the stop
+  signal (`stop`: a preemption.StopRequest)."""
+  _fail_if_injected(config, step)
+  if step == config.debug.pause_at_step:
+    _pause_until(step, stop.requested)
+
+
+def pause_in_evaluation(config, step: int, stop=None) -> Callable[[int], bool] | None:
+  """debug.pause_at_step=STEP at step STEP's evaluation, or in --mode=eval of
+  checkpoint STEP: the callback, given the batches done, pauses after the
+  first batch, so that the signal lands mid-pass. It waits until `stop`
+  (a preemption.StopRequest) is requested; without one, for ever (the
+  signal ends the process: main.py). It answers False (the pass goes on),
+  as run_evaluation's stop_agreed. None when there is nothing to pause."""
+  if config.debug.pause_at_step != step:
+    return None
+  requested = stop.requested if stop is not None else (lambda: False)
+
+  def pause(batches_done: int) -> bool:
+    if batches_done == 1:
+      _pause_until(step, requested, _WHERE_IN_EVALUATION)
+    return False
+  return pause
+
+
+def _fail_if_injected(config, step: int) -> None:
+  """debug.fail_at_step: the failure the tests inject."""
+  if step == config.debug.fail_at_step and jax.process_index() in (
+      config.debug.fail_process, -1):
+    raise RuntimeError(f'debug.fail_at_step={step}: the failure this key injects, '
+                       f'on process {jax.process_index()}')
+
+
+def _pause_until(step: int, requested: Callable[[], bool], where: str = '') -> None:
+  """Waits, after the line the tests wait for, until `requested()`: the
+  tests' way to signal a run at a known step, whatever the machine's speed."""
+  logging.warning('Paused at step %d %s(debug.pause_at_step) until a stop signal',
+                  step, where)
+  while not requested():
+    time.sleep(0.01)
