@@ -209,15 +209,6 @@ def restore_memory(records) -> list[Table]:
   return [(header, rows)]
 
 
-def quickstart(records) -> list[Table]:
-  header = ['tree', 'exit code', 'wall s', 'final top-1']
-  # One early run labelled its tree "after (this work)"; the run's heading
-  # names the commit, so the table says "after" as the later runs do.
-  rows = [[r['quickstart'].replace(' (this work)', ''), _f(r['rc'], 'd'), _f(r['wall_s'], '.1f'),
-           _percent(r['final_top1'])] for r in records]
-  return [(header, rows)]
-
-
 def quickstart_run(records) -> list[Table]:
   header = ['recipe', 'wall s', 'final step', 'final top-1', '--mode=eval top-1']
   rows = [[r['recipe'], _f(r['wall_s'], '.1f'), _f(r['final_step'], 'd'),
@@ -325,6 +316,6 @@ def test_suite(records) -> list[Table]:
 
 TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
-    step_parts, memory_table, multiprocess, restore_memory, quickstart, study,
+    step_parts, memory_table, multiprocess, restore_memory, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
     test_suite, quickstart_run, plan_example)}

@@ -254,12 +254,13 @@ def _measure_and_plan(config, workdir: str) -> dict:
   with open(os.path.join(workdir, PLAN_FILE), 'w') as f:
     json.dump(result, f, indent=1)
   _plot(result, workdir)
-  print(_table(result), flush=True)
+  print(printed_text(result), flush=True)
   logging.info('Wrote %s', os.path.join(workdir, PLAN_FILE))
   return result
 
 
-def _table(result: dict) -> str:
+def printed_text(result: dict) -> str:
+  """What --mode=plan prints, from its plan.json."""
   cluster, strategies = result['cluster'], result['cluster']['strategies']
   lines = [
       f'{result["model"]} at {result["image_size"]} px: S = '

@@ -215,3 +215,21 @@ def test_probe_summary_under_launch_py():
   summary = report.summary(record, os.path.join(workdir, 'probe.json'))
   # launch.py prefixes each line of process 0 with [p0].
   assert block.lines == [f'[p0] {line}' for line in summary.split('\n')]
+
+
+def test_plan_of_resnet50_on_64_devices():
+  # About a minute of compiling on 2 cores: too long here. The block is what
+  # benchmarks/plan_example.py's run of the page's command printed, and the
+  # planner prints it again from the plan.json that run wrote.
+  from planner import plan  # pylint: disable=g-import-not-at-top
+  block = marked_block('test_plan_of_resnet50_on_64_devices')
+  with open(os.path.join(REPO, block.marker.group(2))) as f:
+    record = [json.loads(line) for line in f if line.strip()][-1]
+  assert plan.printed_text(record['plan']) == record['printed']
+  assert block.lines == record['printed'].split('\n')
+  # The page's first command shows the run's arguments, with a work dir.
+  command_block = next(b for b in BLOCKS if b.path == block.path and not b.shows_output())
+  shown = ' '.join(l.strip().rstrip('\\') for l in command_block.lines).split()
+  assert [a for a in shown if a.startswith('--') and not a.startswith('--workdir=')] == \
+      record['main_args'], command_block.where
+

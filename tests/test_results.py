@@ -35,13 +35,7 @@ ENTRY_POINTS = ('main.py', 'launch.py')
 # from a run that is not the documented command. Each stays listed until it is
 # measured again with the documented command or removed, and the test fails
 # when a listed row no longer breaks a rule (then remove it here).
-AWAITING_REMEASUREMENT = {
-    **{('results/probe/probe_check.jsonl', line): 'wrote to /tmp/diag'
-       for line in range(1, 9)},
-    **{('results/link_pacing/link_pacing.jsonl', line): 'ran in a checkout of 6d4b7a4 '
-       'two folders down, --out=../../benchmarks/link_pacing.jsonl'
-       for line in range(9, 17)},
-}
+AWAITING_REMEASUREMENT = {}
 
 
 def _is_repository_script(script: str) -> bool:

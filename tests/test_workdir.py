@@ -25,6 +25,7 @@ from modes import bench
 from modes import eval as eval_mode
 from planner import plan
 from planner import study
+from probe import run as probe_run
 from tests.helpers import REPO, xla_flags
 from tests.test_end_to_end import tiny_synthetic_run_flags
 from trainer import checkpointing
@@ -243,12 +244,19 @@ def test_every_process_of_a_run_stops_with_process_0s_line(tmp_path):
   assert refused[0] == refused[1] and 'in use by a bench run' in refused[0]
 
 
+def _on_synthetic_data(config):
+  config.data.source = 'synthetic'
+  return config
+
+
 @pytest.mark.parametrize('mode,run', [
     ('train', train.train_and_evaluate), ('bench', bench.run_bench),
     ('plan', plan.run_plan),
     ('study', lambda config, workdir: study.run_study(config, workdir,
-                                                      validation.check_study_cell))],
-    ids=['train', 'bench', 'plan', 'study'])
+                                                      validation.check_study_cell)),
+    ('probe', lambda config, workdir: probe_run.run_probe(
+        _on_synthetic_data(config), workdir))],
+    ids=['train', 'bench', 'plan', 'study', 'probe'])
 def test_every_mode_that_writes_refuses_a_held_work_dir_before_any_work(
     tmp_path, mode, run):
   del mode
