@@ -51,6 +51,8 @@ def _powers_of_two_to(limit: int) -> list[int]:
 
 def run_plan(config, workdir: str) -> dict:
   """Measures here, then writes plan.json and its plots; returns the plan."""
+  if not config.plan.probe:
+    measure.check_one_process('plan', jax.process_count())
   with workdir_lock.hold(workdir, 'plan', process_index=jax.process_index(),
                          process_count=jax.process_count()):
     if config.plan.probe:

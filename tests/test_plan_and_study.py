@@ -2,10 +2,12 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.helpers import run_main
+from tests.helpers import REPO, run_main
 
 TINY = ['--config=configs/quickstart.py', '--config.model.width=4',
         '--config.data.image_size=16', '--config.plan.repeats=1']
@@ -126,3 +128,25 @@ def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment)
   assert fragment in lines[-1] and 'Traceback' not in result.stderr
   if fragment != 'fits':  # found before any work: the only line
     assert len(lines) == 1, result.stderr
+
+
+@pytest.mark.parametrize('mode_args', [
+    ['--mode=plan', '--config.plan.device_tflops=100'],
+    ['--mode=study', '--config.study.models=resnet18'],
+], ids=['plan', 'study'])
+def test_a_measuring_plan_or_study_of_several_processes_exits_2_with_one_line(tmp_path, mode_args):
+  # The planner's timers place emulated workers on devices one process
+  # addresses; under launch.py every process refuses before writing anything.
+  workdir = tmp_path / 'run'
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, 'launch.py'), '--processes=2', '--devices=1', '--',
+       f'--workdir={workdir}', *TINY, *mode_args],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2, result.stderr[-3000:]
+  output = result.stdout + result.stderr
+  assert 'Traceback' not in output
+  refusal = 'measures on the devices of one process, and this job has 2'
+  for process in (0, 1):  # each process's own line, as launch.py relays it
+    assert f'[p{process}] error: process {process}: --mode=' in output, output[-3000:]
+  assert refusal in result.stderr.strip().splitlines()[-1]  # the launcher's last line
+  assert not os.path.exists(workdir) or os.listdir(workdir) == []
