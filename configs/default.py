@@ -199,8 +199,8 @@ def get_config() -> ml_collections.ConfigDict:
   # --- Runtime ---------------------------------------------------------------
   config.runtime = ml_collections.ConfigDict()
   config.runtime.num_cpu_devices = 0  # CPU only: devices to emulate; 0: one per core
-  # Memory per device for the fit check; 0: what the device reports (the CPU
-  # reports none, and then the check is skipped).
+  # Memory per device for the fit check; 0: what the device reports (on a
+  # CPU: the host memory this process can use, shared by its devices).
   config.runtime.device_memory_gib = 0.0
   # Several processes (one per host, or per GPU): how they find each other
   # when --coordinator_address is not given. auto: JAX's detection of SLURM
