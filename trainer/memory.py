@@ -145,8 +145,9 @@ def cpu_limit(host_bytes: int, num_devices: int) -> Limit:
   """The host's memory shared by a process's emulated CPU devices: each
   device's step holds its own buffers in the one host memory."""
   return Limit(per_device=host_bytes // num_devices, devices=num_devices,
-               source=f"this process's host memory ({host_bytes / GIB:.2f} GiB "
-                      f'available, shared by its {num_devices} CPU devices)',
+               source=f'this process can use {host_bytes / GIB:.2f} GiB of host '
+                      f'memory, shared by its {num_devices} CPU devices '
+                      f'({host_bytes // num_devices / GIB:.2f} GiB each)',
                host=True)
 
 
@@ -156,7 +157,8 @@ def step_limit(configured_gib: float) -> Limit | None:
   the host memory the process can use shared by its devices."""
   if configured_gib > 0:
     return Limit(int(configured_gib * GIB), 1,
-                 f'runtime.device_memory_gib gives {configured_gib:g} GiB per device')
+                 f'runtime.device_memory_gib={configured_gib:g} allows '
+                 f'{int(configured_gib * GIB) / GIB:.2f} GiB per device')
   devices = jax.local_devices()
   if devices[0].platform == 'cpu':
     host = read_host_memory_limit()
