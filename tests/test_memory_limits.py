@@ -70,7 +70,7 @@ def test_a_cpu_step_is_refused_when_its_devices_together_exceed_the_host():
   assert '\n' not in line
   assert 'does not fit' in line and 'about 6.00 GiB per device' in line
   assert '24.00 GiB for 4 devices' in line and '20.00 GiB of host memory' in line
-  assert '4.00 GiB short' in line
+  assert '4 CPU devices, 5.00 GiB each: 4.00 GiB short' in line
   assert 'data.image_size' in line and 'runtime.num_cpu_devices' in line
   assert 'batch_size' in line and 'model.remat' in line
 
@@ -78,7 +78,7 @@ def test_a_cpu_step_is_refused_when_its_devices_together_exceed_the_host():
 def test_a_device_figure_in_bytes_is_checked_as_before():
   memory.check_fits(_report(GIB), 2 * GIB)
   memory.check_fits(_report(GIB), None)
-  with pytest.raises(UsageError, match=r'the device has 0\.50 GiB \(0\.50 GiB short'):
+  with pytest.raises(UsageError, match=r'the device has 0\.50 GiB: 0\.50 GiB short \('):
     memory.check_fits(_report(GIB), GIB // 2)
 
 

@@ -146,8 +146,8 @@ def cpu_limit(host_bytes: int, num_devices: int) -> Limit:
   device's step holds its own buffers in the one host memory."""
   return Limit(per_device=host_bytes // num_devices, devices=num_devices,
                source=f'this process can use {host_bytes / GIB:.2f} GiB of host '
-                      f'memory, shared by its {num_devices} CPU devices '
-                      f'({host_bytes // num_devices / GIB:.2f} GiB each)',
+                      f'memory, shared by its {num_devices} CPU devices, '
+                      f'{host_bytes // num_devices / GIB:.2f} GiB each',
                host=True)
 
 
@@ -195,8 +195,8 @@ def check_fits(memory: MemoryReport, capacity: 'int | Limit | None', *,
               f'{capacity.devices} devices) ' if shared else ''))
   short = (memory.peak - capacity.per_device) * capacity.devices
   raise UsageError(
-      f'{what} does not fit: it needs {needs}but {capacity.source} '
-      f'({short / GIB:.2f} GiB short; parameters + optimiser '
+      f'{what} does not fit: it needs {needs}but {capacity.source}: '
+      f'{short / GIB:.2f} GiB short (parameters + optimiser '
       f'state {(memory.params + memory.opt_state) / GIB:.2f} GiB, temporaries '
       f'{memory.temporaries / GIB:.2f} GiB per device). '
       f'{remedy}{CPU_REMEDY if capacity.host else ""}')
