@@ -21,7 +21,7 @@ def _finite_at_least_0(key: str, value, what: str) -> None:
 
 
 # The operations RandAugment draws from (randaugment.OPS, timm's 15;
-# tests/test_augmentation_bounds.py keeps the two alike: importing the
+# tests/test_memory_limits.py keeps the two alike: importing the
 # module here would load TensorFlow for every run). Cubuk et al. 2020 search
 # N in 1-3 and timm's recipes use 2: more draws than operations only repeats
 # them, and each adds a 15-way branch to the host's graph per image (100 made

@@ -1,6 +1,8 @@
 """The memory limits a run is checked against before it reads data: the host
 memory a CPU process can use (from /proc/meminfo and the cgroup's files),
-the compiled step against it, and the host batches' decoded images."""
+the compiled step against it, and the host batches' decoded images; and the
+bounds on values that cost minutes without a memory limit to catch them
+(RandAugment's operations, a ViT's depth)."""
 
 import pytest
 
