@@ -19,6 +19,7 @@ from trainer import debug_hooks
 from trainer import engines
 from trainer import experiment
 from trainer import loop_checks
+from trainer import memory
 from trainer import mesh
 from trainer import optim
 from trainer import profiling
@@ -50,6 +51,7 @@ def check_against_devices(config: ml_collections.ConfigDict, *,
   """Checks that need the device and process counts."""
   mesh.check_against_devices(config, num_devices=num_devices, num_processes=num_processes)
   engines.check_against_devices(config, num_devices, num_processes)
+  memory.check_host_batches(config, num_processes, memory.read_host_memory_limit())
 
 
 def check_study_cell(config: ml_collections.ConfigDict, num_devices: int) -> None:

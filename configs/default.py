@@ -20,7 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_classes = 0  # 0: take the number of classes from the data
   config.model.dtype = 'auto'  # compute dtype: auto (bfloat16 on GPUs and TPUs, float32 on CPU), float32 or bfloat16; parameters stay float32
   config.model.width = 0  # base width: ResNet stem and first-stage channels, ViT hidden size (MLP 4x, heads width/64), AlexNet, VGG, GoogLeNet first conv's channels (the rest scaled); 0: the published width
-  config.model.depth = 0  # ViT: encoder blocks; 0: the published depth (other models: 0 only)
+  config.model.depth = 0  # ViT: encoder blocks, at most 48 (ViT-G/14's); 0: the published depth (other models: 0 only)
   config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
   config.model.drop_path_rate = 0.0  # ResNet, ViT: stochastic depth of the last block, rising linearly from 0 at the first; training only
   config.model.dropout_rate = 0.0  # ViT: dropout after the embeddings, attention output and MLP layers; training only
@@ -44,7 +44,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
   config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)
   config.data.prefetch_batches = 2  # host batches prepared ahead of the step
-  config.data.randaugment_num_ops = 0  # RandAugment on the host after the crop and flip (docs/augmentation.md; not synthetic data): operations per image, each applied with probability 0.5 (timm's 15, increasing magnitudes; DeiT: 2); 0: off
+  config.data.randaugment_num_ops = 0  # RandAugment on the host after the crop and flip (docs/augmentation.md; not synthetic data): operations per image, at most 15, each applied with probability 0.5 (timm's 15, increasing magnitudes; DeiT: 2); 0: off
   config.data.randaugment_magnitude = 9.0  # RandAugment magnitude on timm's 0-10 scale (DeiT: 9)
   config.data.randaugment_magnitude_std = 0.0  # RandAugment: each operation's magnitude drawn from N(magnitude, this), clipped to [0, 10] (DeiT: 0.5); 0: fixed
   config.data.random_erasing_prob = 0.0  # probability of replacing a box of 2%-1/3 of an image by normal noise, timm's random erasing (DeiT: 0.25); 0: off
@@ -199,8 +199,8 @@ def get_config() -> ml_collections.ConfigDict:
   # --- Runtime ---------------------------------------------------------------
   config.runtime = ml_collections.ConfigDict()
   config.runtime.num_cpu_devices = 0  # CPU only: devices to emulate; 0: one per core
-  # Memory per device for the fit check; 0: what the device reports (the CPU
-  # reports none, and then the check is skipped).
+  # Memory per device for the fit check; 0: what the device reports (on a
+  # CPU: the host memory this process can use, shared by its devices).
   config.runtime.device_memory_gib = 0.0
   # Several processes (one per host, or per GPU): how they find each other
   # when --coordinator_address is not given. auto: JAX's detection of SLURM

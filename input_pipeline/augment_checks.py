@@ -20,11 +20,22 @@ def _finite_at_least_0(key: str, value, what: str) -> None:
     raise UsageError(f'{key}={value!r} must be a finite number >= 0 ({what})')
 
 
+# The operations RandAugment draws from (randaugment.OPS, timm's 15;
+# tests/test_memory_limits.py keeps the two alike: importing the
+# module here would load TensorFlow for every run). Cubuk et al. 2020 search
+# N in 1-3 and timm's recipes use 2: more draws than operations only repeats
+# them, and each adds a 15-way branch to the host's graph per image (100 made
+# one step take minutes).
+RANDAUGMENT_MAX_OPS = 15
+
+
 def check_augmentation(config: ml_collections.ConfigDict) -> None:
   data = config.data
-  if data.randaugment_num_ops < 0:
+  if not 0 <= data.randaugment_num_ops <= RANDAUGMENT_MAX_OPS:
     raise UsageError(f'data.randaugment_num_ops={data.randaugment_num_ops!r} '
-                     'must be >= 0 (0: off; DeiT: 2)')
+                     f'must be in [0, {RANDAUGMENT_MAX_OPS}], at most the '
+                     f'{RANDAUGMENT_MAX_OPS} operations it draws from (0: off; '
+                     'Cubuk et al. 2020: 1-3; DeiT: 2)')
   _in_range('data.randaugment_magnitude', data.randaugment_magnitude, 0, 10,
             " (timm's magnitude scale; DeiT: 9)")
   _finite_at_least_0('data.randaugment_magnitude_std',

@@ -15,6 +15,12 @@ from models import registry
 from models import remat
 
 
+# The deepest published ViT: ViT-G/14 (Zhai et al. 2022, "Scaling Vision
+# Transformers"), 48 blocks. models/vit.py unrolls its blocks, so a depth in
+# the thousands spends minutes compiling before it fails or fits.
+VIT_MAX_DEPTH = 48
+
+
 def check_config(config: ml_collections.ConfigDict) -> None:
   """model.*, and the model's sizes against data.image_size."""
   model = config.model
@@ -38,6 +44,11 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if model.depth and not registry.is_vit(model.name):
     raise UsageError(f'model.depth={model.depth}: only ViT models take '
                      f'a depth; {model.name} has its depth in its name')
+  if model.depth > VIT_MAX_DEPTH:
+    raise UsageError(f'model.depth={model.depth} must be at most {VIT_MAX_DEPTH}, '
+                     'the deepest published ViT (ViT-G/14, Zhai et al. 2022); '
+                     'the encoder is unrolled, so compile time and memory grow '
+                     'with every block')
   at_least('model.bn_group_size', model.bn_group_size, 0)
   check_model_sizes('model.width', model.name, model.width, config.data.image_size)
 

@@ -88,7 +88,7 @@ def evaluate_checkpoint(config, workdir: str) -> dict:
   # leaves its peers waiting in a collective until launch.py stops them
   # too (cli/launcher.py).
   preemption.during_evaluation(step)
-  metrics = evaluate.run_evaluation(exp, evaluate.compile_eval_step(exp), state,
+  metrics = evaluate.run_evaluation(exp, evaluate.compile_checked_eval_step(exp), state,
                                     debug_hooks.pause_in_evaluation(config, step))
   summary = {'step': step, 'weights': config.eval.weights, **metrics}
   if summary['num_unreadable']:

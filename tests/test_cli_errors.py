@@ -1,6 +1,7 @@
 """Every bad flag or config value: exit 2, one line naming the key, no traceback,
 and an existing work dir left exactly as it was."""
 
+import math
 import os
 import subprocess
 import sys
@@ -189,6 +190,48 @@ def test_a_step_that_does_not_fit_device_memory_stops_before_writing(tmp_path):
   assert result.returncode == 2, result.stderr[-2000:]
   error = result.stderr.strip().splitlines()[-1]
   assert 'does not fit' in error and 'GiB short' in error and 'mesh.fsdp' in error
+  assert not workdir.exists()
+
+
+def _image_size_whose_step_cannot_fit_the_host() -> int:
+  """A quickstart image size whose host batches fit this machine's memory
+  with room to spare but whose compiled train step does not: one host batch
+  of an eighth of the memory (the batches held at once take half of it),
+  while the step's activations are about 16 batches' worth of bytes."""
+  from trainer import memory  # pylint: disable=g-import-not-at-top
+  batch_bytes = memory.read_host_memory_limit() / 8
+  side = math.sqrt(batch_bytes / (128 * memory.DECODED_BYTES_PER_PIXEL))
+  return int(side) // 32 * 32
+
+
+def test_a_step_that_does_not_fit_the_host_memory_stops_before_writing(tmp_path, shapes_dir):
+  # On a CPU the limit is the host memory the process can use, shared by
+  # its 8 emulated devices; nothing sets runtime.device_memory_gib.
+  workdir = tmp_path / 'run'
+  size = _image_size_whose_step_cannot_fit_the_host()
+  result = run_main('--config=configs/quickstart.py', f'--workdir={workdir}',
+                    f'--config.data.dir={shapes_dir}', f'--config.data.image_size={size}',
+                    timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  error = result.stderr.strip().splitlines()[-1]
+  assert error.startswith('error: the train step does not fit: it needs about '), error
+  assert 'GiB for 8 devices) but this process can use' in error
+  assert 'GiB of host memory, shared by its 8 CPU devices' in error
+  assert 'data.image_size' in error and 'batch_size' in error
+  assert not workdir.exists()
+
+
+def test_host_batches_larger_than_the_host_memory_stop_before_compiling(tmp_path):
+  # The issue's typo: 100000 px images on the quickstart recipe.
+  workdir = tmp_path / 'run'
+  result = run_main('--config=configs/quickstart.py', f'--workdir={workdir}',
+                    '--config.data.image_size=100000', timeout=120)
+  assert result.returncode == 2, result.stderr[-2000:]
+  error = result.stderr.strip().splitlines()[-1]
+  assert error.startswith('error: the host batches do not fit: batch_size=128 of '
+                          'data.image_size=100000 px images'), error
+  assert 'need 57220.46 GiB' in error and 'GiB available' in error
+  assert 'Compiled' not in result.stderr
   assert not workdir.exists()
 
 

@@ -216,6 +216,19 @@ def test_eval_mode_with_a_missing_checkpoint_exits_2_with_one_line(trained_copy,
   assert sorted(os.listdir(trained_copy)) == before
 
 
+def test_eval_mode_refuses_an_eval_step_that_does_not_fit_before_reading_a_batch(trained_copy):
+  before = sorted(os.listdir(trained_copy))
+  result = run_main(f'--workdir={trained_copy}', '--mode=eval',
+                    '--config.runtime.device_memory_gib=0.00001')
+  assert result.returncode == 2, result.stderr[-3000:]
+  error = result.stderr.strip().splitlines()[-1]
+  assert error.startswith('error: the eval step does not fit: it needs about '), error
+  assert 'runtime.device_memory_gib=1e-05 allows 0.00 GiB per device' in error
+  assert 'eval.batch_size' in error
+  assert 'Evaluated' not in result.stderr
+  assert sorted(os.listdir(trained_copy)) == before
+
+
 def test_rerun_with_another_model_in_the_same_workdir_is_refused(trained_copy, shapes_dir):
   before = os.path.getsize(os.path.join(trained_copy, 'metrics.jsonl'))
   result = run_main(f'--workdir={trained_copy}',

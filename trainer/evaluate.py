@@ -15,7 +15,9 @@ import numpy as np
 from coordination import agreement
 from trainer import device_input
 from trainer import experiment
+from trainer import memory
 from trainer import progress
+from trainer import specs
 from trainer import step_functions
 
 _PROGRESS_EVERY_S = 30.0
@@ -26,6 +28,27 @@ def compile_eval_step(exp: experiment.Experiment):
   fn = jax.jit(functools.partial(step_functions.eval_step, model=exp.model),
                in_shardings=(exp.state_shardings, exp.batch_sharding))
   return fn
+
+
+# What to change when the eval step does not fit.
+EVAL_REMEDY = ('Lower the eval batch (eval.batch_size, 0: batch_size) or '
+               'data.image_size, or shard the parameters (mesh.fsdp)')
+
+
+def compile_checked_eval_step(exp: experiment.Experiment):
+  """The eval step compiled ahead for one eval batch of the dataset, so
+  that --mode=eval refuses a step that does not fit (memory.step_limit)
+  before any batch is read; called as compile_eval_step's is."""
+  size = exp.dataset.eval_batch_size
+  spec = specs.batch_spec(size, exp.config.data.image_size, exp.batch_sharding)
+  spec['mask'] = jax.ShapeDtypeStruct((size,), jnp.bool_, sharding=exp.batch_sharding)
+  with exp.tracing_context():
+    compiled = compile_eval_step(exp).lower(exp.abstract_state, spec).compile()
+  usage = memory.report(compiled, exp.abstract_state)
+  logging.info('Compiled the eval step; memory %s', usage.describe())
+  memory.check_fits(usage, memory.step_limit(exp.config.runtime.device_memory_gib),
+                    what='the eval step', remedy=EVAL_REMEDY)
+  return compiled
 
 
 def run_evaluation(exp: experiment.Experiment, eval_fn, state,

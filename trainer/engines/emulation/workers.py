@@ -171,7 +171,8 @@ def check_memory(exp, compiled, layout, *, opt_state_bytes: int = 0,
                  what: str = "the parameter-server workers' gradient program",
                  remedy: str = _MEMORY_REMEDY) -> None:
   """UsageError when a worker's compiled program does not fit its device's
-  memory (runtime.device_memory_gib, else what the device reports).
+  memory (memory.step_limit: runtime.device_memory_gib, else what the device
+  reports, else on a CPU the host's memory shared by the process's devices).
 
   The same check as the SPMD engine's, made when the engine is created, so a
   run that would not fit stops before anything is written. A worker holds
@@ -187,7 +188,7 @@ def check_memory(exp, compiled, layout, *, opt_state_bytes: int = 0,
       batch_stats=layout.size * itemsize - params_bytes)
   usage = dataclasses.replace(usage, arguments=usage.arguments + resident_bytes)
   logging.info('%s: memory %s', what[0].upper() + what[1:], usage.describe())
-  memory.check_fits(usage, memory.device_capacity(exp.config.runtime.device_memory_gib),
+  memory.check_fits(usage, memory.step_limit(exp.config.runtime.device_memory_gib),
                     what=what, remedy=remedy)
 
 

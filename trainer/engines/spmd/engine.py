@@ -52,7 +52,7 @@ def compile_train_step(exp):
   usage = memory.report(compiled, exp.abstract_state)
   logging.info('Compiled the train step in %.1fs; memory %s',
                time.perf_counter() - start, usage.describe())
-  memory.check_fits(usage, memory.device_capacity(exp.config.runtime.device_memory_gib))
+  memory.check_fits(usage, memory.step_limit(exp.config.runtime.device_memory_gib))
   # The model's FLOPs for MFU (trainer/mfu.py) count convolutions in XLA's
   # form; in that form this program's own count is the one, with no second
   # trace.
