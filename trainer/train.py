@@ -13,8 +13,9 @@ import numpy as np
 from configs import schema
 from coordination import agreement as agreement_lib
 from coordination import preemption
+from coordination import stall_notice
 from coordination import workdir_lock
-from core.errors import RunFailure
+from core.errors import InputStalled, RunFailure
 from input_pipeline import folder
 from trainer import checkpointing
 from trainer import debug_hooks
@@ -100,6 +101,8 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
       workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save,
       keep_best=config.checkpoint.keep_best)
   stop = preemption.StopRequest()
+  if jax.process_count() > 1:  # a peer's stalled input ends this process too
+    stall_notice.watch_for_a_peer_stall(jax.process_index())
   unreadable_examples = unreadable.UnreadableExamples(
       workdir, exp.dataset, process_count=jax.process_count(), is_chief=is_chief)
   utilization = mfu.Utilization(exp, engine)
@@ -115,6 +118,11 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
     tracer.stop()
     stop.restore_handlers()
     engine.close()
+  if isinstance(error, InputStalled) and jax.process_count() > 1:
+    stall_notice.publish(f'on process {jax.process_index()}, {error}')
+  elif error is not None and jax.process_count() > 1:
+    # A peer's stall, when there is one, is why this process's collective failed.
+    stall_notice.leave_if_a_peer_stalled(jax.process_index())
   if error is not None and jax.process_count() > 1:
     # Waiting for an in-flight save here would wait for the other processes,
     # which may be the reason for the error: leave now (a save that did not
