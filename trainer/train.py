@@ -220,7 +220,8 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
     tracer.before_step(step)
     try:
       batch = next(batches)
-    except input_wait.StopWhileWaiting:
+    except input_wait.StopWhileWaiting as e:
+      logging.warning('The stop came while the loop waited for the %s', e)
       return _stop_after_save(run, stop, interval, step, eval_metrics)
     engine.step(batch)
     step += 1
