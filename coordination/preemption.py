@@ -12,9 +12,15 @@ Two phases, one owner of the signals at a time:
     by the signal itself (signal.set_wakeup_fd), ends the process after
     _UNWIND_S if the main thread is still held in native code;
   - the training loop (`StopRequest`, created just before it): the signal
-    asks the loop to finish the current step (or the current eval batch),
-    save and exit 75; a second Ctrl-C aborts at once (exit 130), saving
-    nothing more.
+    asks the loop to finish the current step (or the current eval batch,
+    or the wait for a batch: trainer/input_wait.py), save and exit 75; a
+    second Ctrl-C aborts at once (exit 130), saving nothing more. The
+    handler runs only when the main thread runs Python, so the first
+    signal also starts a watcher thread: when the main thread shows no sign
+    of life (`alive`, `requested`) for HELD_LIMIT_S and the stop's save has
+    not begun (`saving`), it is held in a native call that may never return
+    (a collective a peer never joins), and the watcher ends the process
+    with exit 75, nothing new saved.
 --mode=eval keeps the start-up phase to its end: it writes nothing, so a
 stop there loses only the pass, and leaves at once (`during_evaluation`
 changes the line it ends with).
