@@ -28,6 +28,7 @@ changes the line it ends with).
 loop ends, restores the handlers that were there before either.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -155,6 +156,7 @@ class StopRequest:
     self._held_limit_s = held_limit_s
     self._last_alive = time.monotonic()
     self._standing_down = False  # the loop saves or has ended: no watcher
+    self._saves_running = 0
     previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
     # Handlers first, then the start-up guard off: a signal in between is
     # this object's (the loop then saves and stops) or ended the start-up.
@@ -183,15 +185,29 @@ class StopRequest:
     self._last_alive = time.monotonic()
 
   def saving(self) -> None:
-    """The loop has begun the stop's save: the watcher leaves it to finish
-    (a second Ctrl-C is the way out of a save that does not end)."""
+    """The loop has begun the stop's save (or its last one): the watcher
+    leaves it to finish (a second Ctrl-C is the way out of a save that does
+    not end)."""
     self._standing_down = True
+
+  @contextlib.contextmanager
+  def in_save(self):
+    """A save of the loop's cadence: the watcher waits for its end, which is
+    a sign of life, rather than cut it short."""
+    self._saves_running += 1
+    try:
+      yield
+    finally:
+      self._saves_running -= 1
+      self.alive()
 
   def _end_if_held_in_native_code(self, signum: int) -> None:
     """After a stop signal: ends the process with exit 75, nothing new saved,
     when the main thread has shown no sign of life for the held limit."""
     signalled = time.monotonic()
     while not self._standing_down:
+      if self._saves_running:
+        self.alive()
       held_s = time.monotonic() - max(signalled, self._last_alive)
       if held_s >= self._held_limit_s:
         exit_lib.exit_with_last_line(

@@ -151,7 +151,7 @@ def test_under_launch_a_stop_while_every_process_waits_for_input_exits_75_and_re
 @pytest.mark.parametrize('key,value', [
     ('data.stall_timeout_s', '-1'), ('data.stall_timeout_s', 'nan'),
     ('data.stall_timeout_s', 'inf'), ('debug.stall_after_step', '-2'),
-    ('debug.stall_for_s', '-0.5'), ('debug.stall_process', '-2')])
+    ('debug.stall_for_s', '-0.5'), ('debug.stall_for_s', 'inf'), ('debug.stall_process', '-2')])
 def test_a_bad_stall_key_exits_2_with_one_line_naming_it(tmp_path, key, value):
   result = run_main(f'--workdir={tmp_path / "run"}', '--config=configs/quickstart.py',
                     f'--config.{key}={value}', timeout=120)

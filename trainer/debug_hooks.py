@@ -6,6 +6,7 @@ step's progress line and evaluation are done; an evaluation (the loop's, or
 no hook: it is part of the compiled step (trainer/step_functions.py).
 """
 
+import math
 import threading
 import time
 from typing import Callable, Iterator
@@ -14,6 +15,7 @@ from absl import logging
 import jax
 
 from configs.values import at_least
+from core.errors import UsageError
 
 _WHERE_IN_EVALUATION = 'in its evaluation, after batch 1 '
 
@@ -23,6 +25,9 @@ def check_config(config) -> None:
   at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
   at_least('debug.pause_at_step', config.debug.pause_at_step, -1)
   at_least('debug.stall_after_step', config.debug.stall_after_step, -1)
+  if not math.isfinite(config.debug.stall_for_s):
+    raise UsageError(f'debug.stall_for_s={config.debug.stall_for_s!r} must be a '
+                     'finite number of seconds (0: for ever)')
   at_least('debug.stall_for_s', config.debug.stall_for_s, 0)
   at_least('debug.stall_process', config.debug.stall_process, -1)
 

@@ -240,7 +240,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
     debug_hooks.after_step(config, step, stop)  # the tests' failure or pause
     stop_now, save_due_by_clock = _agree(agreement, stop, config, step, last_save)
     if step % config.checkpoint.every_steps == 0 or step == total or save_due_by_clock:
-      with interval.excluded():
+      with interval.excluded(), stop.in_save():
         _save(run, interval, step, eval_metrics if evaluated else None)
       last_save = time.monotonic()
     if step < total and stop_now:
@@ -255,6 +255,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
       logging.warning('Stopped during the evaluation of the final step %d; '
                       'rerun the same command to evaluate it.', step)
       return TrainOutcome(step=step, preempted=True, eval_metrics=None)
+  stop.saving()  # the last save ends, whatever signal comes
   run.checkpointer.wait()
   if eval_metrics is not None:
     logging.info('Final eval at step %d: top-1 %.4f over %d examples',
