@@ -187,7 +187,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
   if eval_pending:
     logging.info('Evaluating step %d again: a stop ended its evaluation', start_step)
     eval_metrics = _evaluate(run, start_step, _eval_stop(run, stop, agreement, start_step),
-                 _stop_in_waits(stop))
+                             _stop_in_waits(stop))
     if eval_metrics is None:  # checkpoint start_step still says it is pending
       logging.warning('Stopped at step %d again, before its evaluation ended; '
                       'rerun the same command to resume.', start_step)
@@ -233,7 +233,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
     if evaluated:
       with interval.excluded():
         metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step),
-                 _stop_in_waits(stop))
+                            _stop_in_waits(stop))
       if metrics is None:  # a stop, agreed between eval batches
         return _stop_after_save(run, stop, interval, step, eval_metrics, eval_pending=True)
       eval_metrics = metrics
@@ -250,7 +250,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
   if start_step >= total and not eval_pending:
     logging.info('Already trained to step %d; evaluating the final state.', start_step)
     eval_metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step),
-                 _stop_in_waits(stop))
+                             _stop_in_waits(stop))
     if eval_metrics is None:  # nothing to save: the checkpoint is there
       logging.warning('Stopped during the evaluation of the final step %d; '
                       'rerun the same command to evaluate it.', step)
