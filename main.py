@@ -42,8 +42,8 @@ from cli import validation
 from configs import schema
 from coordination import preemption
 from core import exit as exit_lib
-from core.errors import EXIT_ABORTED, EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE
-from core.errors import RunFailure, UsageError
+from core.errors import EXIT_ABORTED, EXIT_FAILURE, EXIT_INPUT_STALLED, EXIT_PREEMPTED
+from core.errors import EXIT_USAGE, InputStalled, RunFailure, UsageError
 from input_pipeline import check_data_config, DataError
 from trainer import eval_data
 
@@ -154,6 +154,8 @@ def main(argv):
     exit_lib.exit_with_last_line(f'error: {_this_process()}{e}', EXIT_USAGE)
   except RunFailure as e:
     exit_lib.exit_with_last_line(f'error: {_this_process()}{e}', EXIT_FAILURE)
+  except InputStalled as e:
+    exit_lib.exit_with_last_line(f'error: {_this_process()}{e}', EXIT_INPUT_STALLED)
   except BaseException as e:  # pylint: disable=broad-except
     if not _multi_process() or isinstance(e, SystemExit):
       raise

@@ -38,7 +38,7 @@ MUTABLE_KEY_PREFIXES = (
     'checkpoint.', 'mesh.', 'sharding_rules', 'eval.', 'runtime.', 'debug.',
     'nonfinite', 'engine',
     'model.bn_group_size', 'model.conv_form', 'bench.', 'profile_steps',
-    'data.dir', 'data.manual_dir', 'data.prefetch_batches',
+    'data.dir', 'data.manual_dir', 'data.prefetch_batches', 'data.stall_timeout_s',
     'init.', 'predict.', 'export.', 'probe.', 'plan.', 'study.',
 ) + tuple(f'{section}.' for name in engines.names()  # every engine's own sections
           for section in engines.package(name).CONFIG_SECTIONS)

@@ -18,6 +18,7 @@ from planner import checks as planner_checks
 from trainer import debug_hooks
 from trainer import engines
 from trainer import experiment
+from trainer import input_wait
 from trainer import loop_checks
 from trainer import memory
 from trainer import mesh
@@ -38,6 +39,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   engines.check_config(config)
   planner_checks.check_config(config)  # plan.* and study.*
   debug_hooks.check_config(config)
+  input_wait.check_config(config)  # data.stall_timeout_s
   loop_checks.check_start(config)
   loop_checks.check_cadences(config)
   mode_checks.check_checkpoint_choice(config)

@@ -44,6 +44,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.num_synthetic_examples = 4096  # synthetic: examples per split
   config.data.num_synthetic_classes = 1000  # synthetic: number of classes (labels)
   config.data.prefetch_batches = 2  # host batches prepared ahead of the step
+  config.data.stall_timeout_s = 600.0  # seconds the loop waits for a host batch (or 20 recent batch intervals, if longer) before it stops the run with exit 69, saving nothing new; covers a first ImageNet batch on a slow host; 0: wait for ever
   config.data.randaugment_num_ops = 0  # RandAugment on the host after the crop and flip (docs/augmentation.md; not synthetic data): operations per image, at most 15, each applied with probability 0.5 (timm's 15, increasing magnitudes; DeiT: 2); 0: off
   config.data.randaugment_magnitude = 9.0  # RandAugment magnitude on timm's 0-10 scale (DeiT: 9)
   config.data.randaugment_magnitude_std = 0.0  # RandAugment: each operation's magnitude drawn from N(magnitude, this), clipped to [0, 10] (DeiT: 0.5); 0: fixed
@@ -240,5 +241,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.debug.fail_at_step = -1  # raise an error after this step; -1: off
   config.debug.pause_at_step = -1  # after this step, wait for SIGINT/SIGTERM (then save and stop); at an evaluated step, and in --mode=eval of its checkpoint, in the evaluation after batch 1; -1: off
   config.debug.fail_process = 0  # the process debug.fail_at_step fails (-1: every one)
+  config.debug.stall_after_step = -1  # the training input hands out this step's batch, then blocks (a stalled pipeline); a run resumed from this step on does not; -1: off
+  config.debug.stall_for_s = 0.0  # how long debug.stall_after_step blocks, in seconds; 0: for ever
+  config.debug.stall_process = -1  # the process whose input debug.stall_after_step blocks (-1: every one)
 
   return config

@@ -12,9 +12,15 @@ Two phases, one owner of the signals at a time:
     by the signal itself (signal.set_wakeup_fd), ends the process after
     _UNWIND_S if the main thread is still held in native code;
   - the training loop (`StopRequest`, created just before it): the signal
-    asks the loop to finish the current step (or the current eval batch),
-    save and exit 75; a second Ctrl-C aborts at once (exit 130), saving
-    nothing more.
+    asks the loop to finish the current step (or the current eval batch,
+    or the wait for a batch: trainer/input_wait.py), save and exit 75; a
+    second Ctrl-C aborts at once (exit 130), saving nothing more. The
+    handler runs only when the main thread runs Python, so the first
+    signal also starts a watcher thread: when the main thread shows no sign
+    of life (`alive`, `requested`) for HELD_LIMIT_S and the stop's save has
+    not begun (`saving`), it is held in a native call that may never return
+    (a collective a peer never joins), and the watcher ends the process
+    with exit 75, nothing new saved.
 --mode=eval keeps the start-up phase to its end: it writes nothing, so a
 stop there loses only the pass, and leaves at once (`during_evaluation`
 changes the line it ends with).
@@ -22,8 +28,10 @@ changes the line it ends with).
 loop ends, restores the handlers that were there before either.
 """
 
+import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -36,6 +44,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # How long the main thread has to unwind from StoppedBeforeStart on its own
 # (milliseconds when it runs Python) before the watcher ends the process.
 _UNWIND_S = 2.0
+# How long, after a stop signal during training, the main thread may stay out
+# of Python (held in a native call: a collective, a device wait) before the
+# watcher ends the process: within the 30 s grace period that Slurm,
+# Kubernetes and cloud preemptions give by default.
+HELD_LIMIT_S = 20.0
 
 
 class StoppedBeforeStart(BaseException):
@@ -138,8 +151,12 @@ class StopRequest:
   when the save itself is what the user wants to escape.
   """
 
-  def __init__(self):
+  def __init__(self, held_limit_s: float = HELD_LIMIT_S):
     self._requested = False
+    self._held_limit_s = held_limit_s
+    self._last_alive = time.monotonic()
+    self._standing_down = False  # the loop saves or has ended: no watcher
+    self._saves_running = 0
     previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
     # Handlers first, then the start-up guard off: a signal in between is
     # this object's (the loop then saves and stops) or ended the start-up.
@@ -149,6 +166,9 @@ class StopRequest:
     del frame
     if self._requested and signum == signal.SIGINT:
       raise KeyboardInterrupt
+    if not self._requested:
+      threading.Thread(target=self._end_if_held_in_native_code, args=(signum,),
+                       name='stop-during-training', daemon=True).start()
     self._requested = True
     logging.warning('%s received: stopping after this step with a checkpoint '
                     '(Ctrl-C again aborts without saving).',
@@ -156,12 +176,59 @@ class StopRequest:
 
   def requested(self) -> bool:
     """True when this process was asked to stop (agreement.py makes every
-    process stop at the same step)."""
+    process stop at the same step). Asking shows the main thread runs Python."""
+    self.alive()
     return self._requested
 
+  def alive(self) -> None:
+    """The loop's main thread runs Python (the watcher's sign of life)."""
+    self._last_alive = time.monotonic()
+
+  def saving(self) -> None:
+    """The loop has begun the stop's save (or its last one): the watcher
+    leaves it to finish (a second Ctrl-C is the way out of a save that does
+    not end)."""
+    self._standing_down = True
+
+  @contextlib.contextmanager
+  def in_save(self):
+    """A save of the loop's cadence: the watcher waits for its end, which is
+    a sign of life, rather than cut it short."""
+    self._saves_running += 1
+    try:
+      yield
+    finally:
+      self._saves_running -= 1
+      self.alive()
+
+  def _end_if_held_in_native_code(self, signum: int) -> None:
+    """After a stop signal: ends the process with exit 75, nothing new saved,
+    when the main thread has shown no sign of life for the held limit."""
+    signalled = time.monotonic()
+    while not self._standing_down:
+      if self._saves_running:
+        self.alive()
+      held_s = time.monotonic() - max(signalled, self._last_alive)
+      if held_s >= self._held_limit_s:
+        exit_lib.exit_with_last_line(
+            f'{_this_process()}stopped by {signal.Signals(signum).name} while the '
+            f'training loop was held in a native call for {held_s:.0f} s (a '
+            'collective, a device or an input wait); nothing new saved, the last '
+            'checkpoint stands: rerun the same command to resume', EXIT_PREEMPTED)
+      time.sleep(0.25)
+
   def restore_handlers(self) -> None:
+    self._standing_down = True
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
+
+
+def _this_process() -> str:
+  """'process 1: ' in a run of several processes, else ''."""
+  jax = sys.modules.get('jax')
+  if jax is None or not jax.distributed.is_initialized() or jax.process_count() == 1:
+    return ''
+  return f'process {jax.process_index()}: '
 
 
 def abort_now(line: str) -> None:

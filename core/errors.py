@@ -33,3 +33,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped after a clean save; rerun resumes.
 EXIT_ABORTED = 130  # 128 + SIGINT: a second Ctrl-C, nothing saved; rerun resumes.
+EXIT_INPUT_STALLED = 69  # EX_UNAVAILABLE: the input pipeline stopped producing; nothing new saved.
+
+
+class InputStalled(OneLineError):
+  """The input pipeline produced no batch within its limit (data.stall_timeout_s):
+  the run ends with EXIT_INPUT_STALLED, its last checkpoint intact."""

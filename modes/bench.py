@@ -28,6 +28,7 @@ from trainer import device_input
 from trainer import engines
 from trainer import experiment
 from trainer import host_input
+from trainer import input_wait
 from trainer import mfu
 from trainer import progress
 from trainer import state as state_lib
@@ -95,7 +96,8 @@ def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
       exp.model, exp.tx, config.data.image_size, exp.state_shardings, config.seed))
   batches = device_input.DevicePrefetcher(
       exp.dataset.train_batches(0), engine.batch_sharding,
-      size=config.data.prefetch_batches)
+      size=config.data.prefetch_batches, pipeline=input_wait.pipeline_name(config),
+      stall_timeout_s=config.data.stall_timeout_s)
   try:
     logging.info('bench: step compiled in %.1f s, its FLOPs and the matmul peak '
                  'measured; %d warm-up steps, then %d timed', compile_s,

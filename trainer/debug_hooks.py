@@ -6,13 +6,16 @@ step's progress line and evaluation are done; an evaluation (the loop's, or
 no hook: it is part of the compiled step (trainer/step_functions.py).
 """
 
+import math
+import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from absl import logging
 import jax
 
 from configs.values import at_least
+from core.errors import UsageError
 
 _WHERE_IN_EVALUATION = 'in its evaluation, after batch 1 '
 
@@ -21,6 +24,12 @@ def check_config(config) -> None:
   """debug.*: -1 (off) or a step; UsageError with one line."""
   at_least('debug.nan_at_step', config.debug.nan_at_step, -1)
   at_least('debug.pause_at_step', config.debug.pause_at_step, -1)
+  at_least('debug.stall_after_step', config.debug.stall_after_step, -1)
+  if not math.isfinite(config.debug.stall_for_s):
+    raise UsageError(f'debug.stall_for_s={config.debug.stall_for_s!r} must be a '
+                     'finite number of seconds (0: for ever)')
+  at_least('debug.stall_for_s', config.debug.stall_for_s, 0)
+  at_least('debug.stall_process', config.debug.stall_process, -1)
 
 
 def after_step(config, step: int, stop) -> None:
@@ -47,6 +56,31 @@ def pause_in_evaluation(config, step: int, stop=None) -> Callable[[int], bool] |
       _pause_until(step, requested, _WHERE_IN_EVALUATION)
     return False
   return pause
+
+
+def stalled_stream(config, batches: Iterator, start_step: int) -> Iterator:
+  """debug.stall_after_step=STEP: the training stream (its first batch
+  trains step start_step + 1) hands out step STEP's batch, then blocks for
+  debug.stall_for_s seconds (0: for ever) before the next, as a host
+  pipeline that stops producing; on debug.stall_process (-1: every one).
+  A run resumed from step STEP or later does not block."""
+  stall_after = config.debug.stall_after_step
+  if stall_after <= start_step or config.debug.stall_process not in (
+      jax.process_index(), -1):
+    return batches
+  return _stall_after(batches, stall_after - start_step, config.debug.stall_for_s)
+
+
+def _stall_after(batches: Iterator, count: int, stall_s: float) -> Iterator:
+  for done, batch in enumerate(batches):
+    if done == count:
+      logging.warning('Input blocked after %d batches (debug.stall_after_step) %s',
+                      count, f'for {stall_s:g} s' if stall_s else 'for ever')
+      if stall_s:
+        time.sleep(stall_s)
+      else:
+        threading.Event().wait()
+    yield batch
 
 
 def _fail_if_injected(config, step: int) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 from coordination import agreement
 from trainer import device_input
 from trainer import experiment
+from trainer import input_wait
 from trainer import memory
 from trainer import progress
 from trainer import specs
@@ -52,7 +53,8 @@ def compile_checked_eval_step(exp: experiment.Experiment):
 
 
 def run_evaluation(exp: experiment.Experiment, eval_fn, state,
-                   stop_agreed: Callable[[int], bool] | None = None) -> dict | None:
+                   stop_agreed: Callable[[int], bool] | None = None,
+                   stop_requested: Callable[[], bool] | None = None) -> dict | None:
   """Top-1/top-5/loss over every eval example exactly once.
 
   The batches are prefetched to the devices and the sums stay there until
@@ -66,10 +68,16 @@ def run_evaluation(exp: experiment.Experiment, eval_fn, state,
   several processes it must answer alike on every process (train.py agrees
   on it), or one would leave the pass while another waits in the next
   batch's collectives.
+
+  The batches are waited for in slices (trainer/input_wait.py): a stalled
+  pipeline raises InputStalled after data.stall_timeout_s, and
+  stop_requested() true during a wait ends the pass as stop_agreed does.
   """
   batches = device_input.DevicePrefetcher(
       exp.dataset.eval_batches(), exp.batch_sharding,
-      size=exp.config.data.prefetch_batches)
+      size=exp.config.data.prefetch_batches,
+      pipeline=input_wait.pipeline_name(exp.config, evaluation=True),
+      stall_timeout_s=exp.config.data.stall_timeout_s, stop_requested=stop_requested)
   totals = None
   # ImageNet's 50,000 images take minutes: a line now and then says how far.
   started, every = time.monotonic(), progress.Every(_PROGRESS_EVERY_S)
@@ -77,7 +85,15 @@ def run_evaluation(exp: experiment.Experiment, eval_fn, state,
   with exp.tracing_context():
     if stop_agreed is not None and stop_agreed(0):
       return _stopped(0, total)
-    for done, batch in enumerate(batches, start=1):
+    done = 0
+    while True:
+      try:
+        batch = next(batches, None)
+      except input_wait.StopWhileWaiting:
+        return _stopped(done, total)
+      if batch is None:
+        break
+      done += 1
       sums = eval_fn(state, batch)
       totals = sums if totals is None else _add_sums(totals, sums)
       if done < total and stop_agreed is not None and stop_agreed(done):

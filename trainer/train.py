@@ -13,8 +13,9 @@ import numpy as np
 from configs import schema
 from coordination import agreement as agreement_lib
 from coordination import preemption
+from coordination import stall_notice
 from coordination import workdir_lock
-from core.errors import RunFailure
+from core.errors import InputStalled, RunFailure
 from input_pipeline import folder
 from trainer import checkpointing
 from trainer import debug_hooks
@@ -22,6 +23,7 @@ from trainer import device_input
 from trainer import engines
 from trainer import evaluate
 from trainer import experiment
+from trainer import input_wait
 from trainer import metrics_log
 from trainer import mfu
 from trainer import optim
@@ -99,6 +101,8 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
       workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save,
       keep_best=config.checkpoint.keep_best)
   stop = preemption.StopRequest()
+  if jax.process_count() > 1:  # a peer's stalled input ends this process too
+    stall_notice.watch_for_a_peer_stall(jax.process_index())
   unreadable_examples = unreadable.UnreadableExamples(
       workdir, exp.dataset, process_count=jax.process_count(), is_chief=is_chief)
   utilization = mfu.Utilization(exp, engine)
@@ -114,6 +118,11 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
     tracer.stop()
     stop.restore_handlers()
     engine.close()
+  if isinstance(error, InputStalled) and jax.process_count() > 1:
+    stall_notice.publish(f'on process {jax.process_index()}, {error}')
+  elif error is not None and jax.process_count() > 1:
+    # A peer's stall, when there is one, is why this process's collective failed.
+    stall_notice.leave_if_a_peer_stalled(jax.process_index())
   if error is not None and jax.process_count() > 1:
     # Waiting for an in-flight save here would wait for the other processes,
     # which may be the reason for the error: leave now (a save that did not
@@ -177,7 +186,8 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
   # is the last step's).
   if eval_pending:
     logging.info('Evaluating step %d again: a stop ended its evaluation', start_step)
-    eval_metrics = _evaluate(run, start_step, _eval_stop(run, stop, agreement, start_step))
+    eval_metrics = _evaluate(run, start_step, _eval_stop(run, stop, agreement, start_step),
+                             _stop_in_waits(stop))
     if eval_metrics is None:  # checkpoint start_step still says it is pending
       logging.warning('Stopped at step %d again, before its evaluation ended; '
                       'rerun the same command to resume.', start_step)
@@ -189,9 +199,18 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
 
   # --- Input: the stream is a pure function of (seed, step), so resuming at
   # start_step continues exactly where the interrupted run stopped.
+  # It is waited for in slices (trainer/input_wait.py): a stalled pipeline
+  # ends the run with its own exit code, and in a run of one process a stop
+  # during the wait saves the last step as a stop between steps does (in a
+  # run of several, the stop's watcher ends it: a save is a collective that
+  # a peer held in the step's own would never join).
   batches = device_input.DevicePrefetcher(
-      exp.dataset.train_batches(start_step), engine.batch_sharding,
-      size=config.data.prefetch_batches)
+      debug_hooks.stalled_stream(config, exp.dataset.train_batches(start_step),
+                                 start_step),
+      engine.batch_sharding, size=config.data.prefetch_batches,
+      pipeline=input_wait.pipeline_name(config),
+      stall_timeout_s=config.data.stall_timeout_s,
+      stop_requested=_stop_in_waits(stop))
 
   # --- Loop: a step, then what is due after it (progress line, evaluation,
   # the tests' hooks, the processes' agreement, a save, a stop), in that order.
@@ -199,35 +218,44 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
   step = start_step
   while step < total:
     tracer.before_step(step)
-    engine.step(next(batches))
+    try:
+      batch = next(batches)
+    except input_wait.StopWhileWaiting as e:
+      logging.warning('The stop came while the loop waited for the %s', e)
+      return _stop_after_save(run, stop, interval, step, eval_metrics)
+    engine.step(batch)
     step += 1
+    stop.alive()
     tracer.after_step(step, engine.state)
     if step % config.log_every_steps == 0 or step == total:
       interval = _log_progress(run, interval, step, batches)
     evaluated = step % eval_every == 0 or step == total
     if evaluated:
       with interval.excluded():
-        metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step))
+        metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step),
+                            _stop_in_waits(stop))
       if metrics is None:  # a stop, agreed between eval batches
-        return _stop_after_save(run, interval, step, eval_metrics, eval_pending=True)
+        return _stop_after_save(run, stop, interval, step, eval_metrics, eval_pending=True)
       eval_metrics = metrics
     debug_hooks.after_step(config, step, stop)  # the tests' failure or pause
     stop_now, save_due_by_clock = _agree(agreement, stop, config, step, last_save)
     if step % config.checkpoint.every_steps == 0 or step == total or save_due_by_clock:
-      with interval.excluded():
+      with interval.excluded(), stop.in_save():
         _save(run, interval, step, eval_metrics if evaluated else None)
       last_save = time.monotonic()
     if step < total and stop_now:
-      return _stop_after_save(run, interval, step, eval_metrics,
+      return _stop_after_save(run, stop, interval, step, eval_metrics,
                               best_candidate=eval_metrics if evaluated else None)
 
   if start_step >= total and not eval_pending:
     logging.info('Already trained to step %d; evaluating the final state.', start_step)
-    eval_metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step))
+    eval_metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step),
+                             _stop_in_waits(stop))
     if eval_metrics is None:  # nothing to save: the checkpoint is there
       logging.warning('Stopped during the evaluation of the final step %d; '
                       'rerun the same command to evaluate it.', step)
       return TrainOutcome(step=step, preempted=True, eval_metrics=None)
+  stop.saving()  # the last save ends, whatever signal comes
   run.checkpointer.wait()
   if eval_metrics is not None:
     logging.info('Final eval at step %d: top-1 %.4f over %d examples',
@@ -296,11 +324,14 @@ def _log_progress(run: _Run, interval: _Interval, step: int,
   return _Interval(step)
 
 
-def _evaluate(run: _Run, step: int, stop_agreed: Callable[[int], bool]) -> dict | None:
+def _evaluate(run: _Run, step: int, stop_agreed: Callable[[int], bool],
+              stop_requested: Callable[[], bool] | None) -> dict | None:
   """Evaluates the engine's state; writes the eval record and logs it.
-  None, and nothing written, when a stop ended the pass (stop_agreed)."""
+  None, and nothing written, when a stop ended the pass (stop_agreed, or
+  stop_requested while it waited for a batch)."""
   state = run.engine.state()
-  eval_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, state, stop_agreed)
+  eval_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, state, stop_agreed,
+                                         stop_requested)
   if eval_metrics is None:
     return None
   ema = optim.ema_params(state.opt_state)
@@ -310,7 +341,7 @@ def _evaluate(run: _Run, step: int, stop_agreed: Callable[[int], bool]) -> dict 
     # as the parameters (mesh.shard_update splits it over data).
     ema = jax.device_put(ema, run.exp.state_shardings.params)
     ema_metrics = evaluate.run_evaluation(run.exp, run.eval_fn, state.replace(params=ema),
-                                          stop_agreed)
+                                          stop_agreed, stop_requested)
     if ema_metrics is None:
       return None
     eval_metrics.update({f'ema_{k}': ema_metrics[k] for k in ('accuracy', 'top5', 'loss')})
@@ -352,6 +383,13 @@ def _eval_stop(run: _Run, stop: preemption.StopRequest,
   return stop_agreed
 
 
+def _stop_in_waits(stop: preemption.StopRequest) -> Callable[[], bool] | None:
+  """What the waits for input ask to end on a stop: the stop request in a
+  run of one process; None (wait on) in a run of several, where the stop's
+  watcher ends a process held in a wait."""
+  return stop.requested if jax.process_count() == 1 else None
+
+
 def _agree(agreement: agreement_lib.Agreement, stop: preemption.StopRequest, config,
            step: int, last_save: float) -> tuple[bool, bool]:
   """(stop now, save now because checkpoint.every_minutes passed), as every
@@ -384,12 +422,14 @@ def _save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None =
     run.checkpointer.save_if_best(step, state, meta, _ranked_accuracy(run, eval_metrics))
 
 
-def _stop_after_save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None,
+def _stop_after_save(run: _Run, stop: preemption.StopRequest, interval: _Interval,
+                     step: int, eval_metrics: dict | None,
                      best_candidate: dict | None = None,
                      eval_pending: bool = False) -> TrainOutcome:
   """Saves checkpoint `step` (unless saved already), waits for it; the
   outcome of a stop. eval_pending: a stop cut this step's evaluation short,
   so no result of it is kept and the resumed run evaluates it first."""
+  stop.saving()  # the stop's watcher leaves the save to finish
   _save(run, interval, step, best_candidate, eval_pending)
   run.checkpointer.wait()
   logging.warning('Stopped at step %d after saving%s; rerun the same command to '
