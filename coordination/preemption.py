@@ -49,6 +49,8 @@ _UNWIND_S = 2.0
 # watcher ends the process: within the 30 s grace period that Slurm,
 # Kubernetes and cloud preemptions give by default.
 HELD_LIMIT_S = 20.0
+# How long process 0 of several waits before it leaves on the held limit.
+_PEERS_LEAVE_S = 3.0
 
 
 class StoppedBeforeStart(BaseException):
@@ -210,6 +212,7 @@ class StopRequest:
         self.alive()
       held_s = time.monotonic() - max(signalled, self._last_alive)
       if held_s >= self._held_limit_s:
+        _let_peers_leave_first()
         exit_lib.exit_with_last_line(
             f'{_this_process()}stopped by {signal.Signals(signum).name} while the '
             f'training loop was held in a native call for {held_s:.0f} s (a '
@@ -221,6 +224,16 @@ class StopRequest:
     self._standing_down = True
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
+
+
+def _let_peers_leave_first() -> None:
+  """Process 0 hosts the distributed runtime's coordinator: when it leaves
+  first, a peer still running is aborted by the runtime (SIGABRT) before
+  its own line. So process 0 of a run of several waits a moment."""
+  jax = sys.modules.get('jax')
+  if (jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
+      and jax.process_index() == 0):
+    time.sleep(_PEERS_LEAVE_S)
 
 
 def _this_process() -> str:

@@ -25,6 +25,10 @@ _POLL_S = 1.0
 _PEERS_SEE_S = 3 * _POLL_S
 
 _published = threading.Event()  # set in the process that published
+# Set when the training ends: the watcher stops polling before the runtime
+# shuts down, so that no call into the distributed client races its end.
+_done = threading.Event()
+_watcher: threading.Thread | None = None
 
 
 def _client():
@@ -34,8 +38,19 @@ def _client():
 
 def watch_for_a_peer_stall(process_index: int) -> None:
   """Starts the watcher of this process (call once, in a run of several)."""
-  threading.Thread(target=_watch, args=(process_index,), daemon=True,
-                   name='watch-for-input-stall').start()
+  global _watcher
+  _done.clear()
+  _watcher = threading.Thread(target=_watch, args=(process_index,), daemon=True,
+                              name='watch-for-input-stall')
+  _watcher.start()
+
+
+def stop_watching() -> None:
+  """Ends the watcher, waiting for its poll in flight (the training is over:
+  what follows is the runtime's shutdown)."""
+  _done.set()
+  if _watcher is not None:
+    _watcher.join()
 
 
 def publish(line: str) -> None:
@@ -71,6 +86,6 @@ def leave_if_a_peer_stalled(process_index: int) -> None:
 
 
 def _watch(process_index: int) -> None:
-  while not _published.is_set() and _client() is not None:
+  while not _published.is_set() and not _done.is_set() and _client() is not None:
     leave_if_a_peer_stalled(process_index)
-    time.sleep(_POLL_S)
+    _done.wait(_POLL_S)

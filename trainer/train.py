@@ -118,6 +118,8 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
     tracer.stop()
     stop.restore_handlers()
     engine.close()
+    if jax.process_count() > 1:
+      stall_notice.stop_watching()
   if isinstance(error, InputStalled) and jax.process_count() > 1:
     stall_notice.publish(f'on process {jax.process_index()}, {error}')
   elif error is not None and jax.process_count() > 1:
