@@ -118,7 +118,7 @@ def _check_before_start(mode: modes.Mode, config) -> None:
     logging.warning('engine=%s: %s set, but this engine does not use them',
                     config.engine, ', '.join(ignored))
   if FLAGS.mode in modes.MODE_CHECKS:
-    modes.MODE_CHECKS[FLAGS.mode](config)
+    modes.MODE_CHECKS[FLAGS.mode](config, FLAGS.num_processes)
   if mode.data:
     # Evaluation data that eval.* names (None: the training data's own split).
     evaluation = eval_data.eval_data_config(config)

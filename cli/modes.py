@@ -116,16 +116,24 @@ def _prepare(config, workdir, context) -> int:
   return 0
 
 
-def _check_probe_keys(config) -> None:
+def _check_probe_keys(config, num_processes: int) -> None:
+  del num_processes
   from probe import settings  # pylint: disable=g-import-not-at-top
   settings.check_config(config)
 
 
-def _check_plan_devices(config) -> None:
+def _check_plan(config, num_processes: int) -> None:
   # planner/checks.py alone: the planner's other modules start a JAX backend
   # when imported, which must wait for the runtime's start.
   from planner import checks  # pylint: disable=g-import-not-at-top
   checks.check_plan_mode(config)
+  if not config.plan.probe:
+    checks.check_one_process('plan', num_processes)
+
+
+def _check_study(config, num_processes: int) -> None:
+  from planner import checks  # pylint: disable=g-import-not-at-top
+  checks.check_one_process('study', num_processes)
 
 
 MODES = {
@@ -140,8 +148,9 @@ MODES = {
     'prepare': Mode(_prepare, data='prepare', before_runtime=True),
 }
 
-# Checks of a mode's own config section, before the runtime starts.
-MODE_CHECKS = {'probe': _check_probe_keys, 'plan': _check_plan_devices}
+# Checks of a mode's own config section, before the runtime starts:
+# (config, the processes main.py was told of) -> None or UsageError.
+MODE_CHECKS = {'probe': _check_probe_keys, 'plan': _check_plan, 'study': _check_study}
 
 
 def on_glibc_malloc_defaults(name: str | None) -> bool:

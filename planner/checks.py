@@ -103,3 +103,17 @@ def check_plan_devices_named(plan) -> None:
         'peak TFLOP/s), plan.compute_s (a step time measured on one) or '
         'plan.probe (a work dir of --mode=probe on them); or plan.target=here '
         'to plan a cluster of the devices at hand')
+
+
+def check_one_process(mode: str, process_count: int) -> None:
+  """The planner's measurements run on one process's devices: the emulated
+  engines and their timers (trainer/engines/emulation/) place workers on
+  devices this process addresses. UsageError when the job has more
+  processes: main.py asks before the runtime starts (--num_processes), so
+  that every process says so in its own line; the modes ask again after it
+  (a scheduler's processes)."""
+  if process_count > 1:
+    raise UsageError(f'--mode={mode} measures on the devices of one process, and this '
+                     f'job has {process_count}: run it as one process (a plan from a '
+                     'probe, plan.probe, may run under launch.py or a scheduler)')
+

@@ -18,8 +18,6 @@ import time
 from absl import logging
 import jax
 
-from core.errors import UsageError
-
 from trainer import engines
 from trainer import memory
 from trainer import mfu
@@ -31,17 +29,6 @@ ComputeTimer = emulation.ComputeTimer
 host_copies_s = emulation.host_copies_s
 link_chunk_bytes = emulation.link_chunk_bytes
 largest_shard_bytes = ps.largest_shard_bytes
-
-
-def check_one_process(mode: str, process_count: int) -> None:
-  """The planner's measurements run on one process's devices: the emulated
-  engines and their timers (trainer/engines/emulation/) place workers on
-  devices this process addresses. UsageError, before anything is written,
-  when the job has more processes."""
-  if process_count > 1:
-    raise UsageError(f'--mode={mode} measures on the devices of one process, and this '
-                     f'job has {process_count}: run it as one process (a plan from a '
-                     'probe, plan.probe, may run under launch.py or a scheduler)')
 
 
 def host_timer(exp, cell: dict):

@@ -34,6 +34,7 @@ from configs import values
 from coordination import workdir_lock
 from core import units
 from core.errors import UsageError
+from planner import checks
 from planner import cluster_model as cm
 from planner import from_probe
 from planner import measure
@@ -52,7 +53,7 @@ def _powers_of_two_to(limit: int) -> list[int]:
 def run_plan(config, workdir: str) -> dict:
   """Measures here, then writes plan.json and its plots; returns the plan."""
   if not config.plan.probe:
-    measure.check_one_process('plan', jax.process_count())
+    checks.check_one_process('plan', jax.process_count())
   with workdir_lock.hold(workdir, 'plan', process_index=jax.process_index(),
                          process_count=jax.process_count()):
     if config.plan.probe:

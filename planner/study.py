@@ -30,6 +30,7 @@ from core import timing
 from core import units
 from core.errors import UsageError
 from models import registry
+from planner import checks
 from planner import cluster_model
 from planner import formulas
 from planner import measure
@@ -334,7 +335,7 @@ def load_results(workdir: str) -> dict:
 def run_study(config, workdir: str, check_cell) -> dict:
   """Runs the missing cells, then writes study.md and the plots (check_cell:
   as for `check`)."""
-  measure.check_one_process('study', jax.process_count())
+  checks.check_one_process('study', jax.process_count())
   with workdir_lock.hold(workdir, 'study', process_index=jax.process_index(),
                          process_count=jax.process_count()):
     # A cache the run already has (runtime.compilation_cache_dir) serves as

@@ -90,7 +90,7 @@ def test_validation_and_the_engines_packages_touch_no_device():
           'from cli import modes\n'
           'config = default.get_config()\n'
           'config.plan.target = "here"\n'
-          'for check in modes.MODE_CHECKS.values(): check(config)\n'
+          'for check in modes.MODE_CHECKS.values(): check(config, 1)\n'
           'assert not xb._backends, "a backend started"\n')
   result = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
                           text=True, check=False)
