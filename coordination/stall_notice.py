@@ -15,7 +15,7 @@ import time
 from absl import logging
 
 from core import exit as exit_lib
-from core.errors import EXIT_INPUT_STALLED
+from core.errors import EXIT_INPUT_STALLED, InputStalled
 
 _KEY = 'imagetrain/input_stalled'
 _POLL_S = 1.0
@@ -51,6 +51,17 @@ def stop_watching() -> None:
   _done.set()
   if _watcher is not None:
     _watcher.join()
+
+
+def after_training(error: Exception | None, process_index: int) -> None:
+  """Once a run of several processes has left its training loop: stops the
+  watcher, then, when the loop failed, publishes this process's own stall,
+  or leaves with a peer's (a peer's stall is why a collective here failed)."""
+  stop_watching()
+  if isinstance(error, InputStalled):
+    publish(f'on process {process_index}, {error}')
+  elif error is not None:
+    leave_if_a_peer_stalled(process_index)
 
 
 def publish(line: str) -> None:

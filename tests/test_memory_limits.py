@@ -77,11 +77,11 @@ def test_a_cpu_step_is_refused_when_its_devices_together_exceed_the_host():
   assert 'batch_size' in line and 'model.remat' in line
 
 
-def test_a_device_figure_in_bytes_is_checked_as_before():
-  memory.check_fits(_report(GIB), 2 * GIB)
+def test_a_devices_own_memory_is_checked_per_device():
+  memory.check_fits(_report(GIB), memory.device_limit(2 * GIB))
   memory.check_fits(_report(GIB), None)
   with pytest.raises(UsageError, match=r'the device has 0\.50 GiB: 0\.50 GiB short \('):
-    memory.check_fits(_report(GIB), GIB // 2)
+    memory.check_fits(_report(GIB), memory.device_limit(GIB // 2))
 
 
 def test_host_batches_count_the_process_share_and_the_batches_held():

@@ -141,6 +141,11 @@ class Limit:
     return self.per_device * self.devices
 
 
+def device_limit(capacity: int) -> Limit:
+  """A device's own memory, `capacity` bytes."""
+  return Limit(capacity, 1, f'the device has {capacity / GIB:.2f} GiB')
+
+
 def cpu_limit(host_bytes: int, num_devices: int) -> Limit:
   """The host's memory shared by a process's emulated CPU devices: each
   device's step holds its own buffers in the one host memory."""
@@ -164,7 +169,7 @@ def step_limit(configured_gib: float) -> Limit | None:
     host = read_host_memory_limit()
     return cpu_limit(host, len(devices)) if host else None
   capacity = device_capacity(0)
-  return Limit(capacity, 1, f'the device has {capacity / GIB:.2f} GiB') if capacity else None
+  return device_limit(capacity) if capacity else None
 
 
 # What to change when the SPMD train step does not fit.
@@ -179,14 +184,12 @@ CPU_REMEDY = ('; check data.image_size; emulate fewer devices '
               'runtime.device_memory_gib sets the limit per device')
 
 
-def check_fits(memory: MemoryReport, capacity: 'int | Limit | None', *,
+def check_fits(memory: MemoryReport, capacity: Limit | None, *,
                what: str = 'the train step', remedy: str = SPMD_REMEDY) -> None:
-  """UsageError saying by how much and what to change when it does not fit.
-  capacity: bytes per device, or a Limit (step_limit)."""
+  """UsageError saying by how much and what to change when it does not fit
+  (capacity: step_limit's; None checks nothing)."""
   if capacity is None:
     return
-  if not isinstance(capacity, Limit):
-    capacity = Limit(capacity, 1, f'the device has {capacity / GIB:.2f} GiB')
   if memory.peak <= capacity.per_device:
     return
   shared = capacity.devices > 1

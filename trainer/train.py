@@ -15,7 +15,7 @@ from coordination import agreement as agreement_lib
 from coordination import preemption
 from coordination import stall_notice
 from coordination import workdir_lock
-from core.errors import InputStalled, RunFailure
+from core.errors import RunFailure
 from input_pipeline import folder
 from trainer import checkpointing
 from trainer import debug_hooks
@@ -118,13 +118,8 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
     tracer.stop()
     stop.restore_handlers()
     engine.close()
-    if jax.process_count() > 1:
-      stall_notice.stop_watching()
-  if isinstance(error, InputStalled) and jax.process_count() > 1:
-    stall_notice.publish(f'on process {jax.process_index()}, {error}')
-  elif error is not None and jax.process_count() > 1:
-    # A peer's stall, when there is one, is why this process's collective failed.
-    stall_notice.leave_if_a_peer_stalled(jax.process_index())
+  if jax.process_count() > 1:
+    stall_notice.after_training(error, jax.process_index())
   if error is not None and jax.process_count() > 1:
     # Waiting for an in-flight save here would wait for the other processes,
     # which may be the reason for the error: leave now (a save that did not
