@@ -193,7 +193,10 @@ class Launch:
       t.join(timeout=5)
     if failed_on_their_own:
       i = self._first_to_fail(failed_on_their_own, codes, killed_at)
-      code = codes[i]
+      # A cause that the launcher stopped after its error line has no exit
+      # code of its own: the run takes that of the first process that
+      # failed on its own (both exit 2 when every process refuses a usage).
+      code = codes[i] if i in failed_on_their_own else codes[failed_on_their_own[0]]
       exit_text = (describe_exit(code) if i in failed_on_their_own
                    else 'stopped by the launcher after its error')
       return (code if code > 0 else EXIT_FAILURE,

@@ -143,6 +143,12 @@ def during_evaluation(step: int) -> None:
   _start_up.when = f'during the evaluation of step {step} (nothing written)'
 
 
+def during_prediction() -> None:
+  """--mode=predict: a stop from now on says it ended the prediction,
+  which wrote nothing (predict.output is written whole at the end)."""
+  _start_up.when = 'during prediction (nothing written)'
+
+
 class StopRequest:
   """Set by SIGTERM/SIGINT; the loop checks it after each step and between
   eval batches.

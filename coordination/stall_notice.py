@@ -9,6 +9,7 @@ a watcher thread that polls the store and, once the line is there, ends its
 process with the stall's exit code and one line naming the stalled one.
 """
 
+import contextlib
 import threading
 import time
 
@@ -53,8 +54,9 @@ def stop_watching() -> None:
     _watcher.join()
 
 
-def after_training(error: Exception | None, process_index: int) -> None:
-  """Once a run of several processes has left its training loop: stops the
+def after_loop(error: Exception | None, process_index: int) -> None:
+  """Once a run of several processes has left the loop that waits for
+  input (training, or the probe's timing of its pipeline): stops the
   watcher, then, when the loop failed, publishes this process's own stall,
   or leaves with a peer's (a peer's stall is why a collective here failed)."""
   stop_watching()
@@ -62,6 +64,25 @@ def after_training(error: Exception | None, process_index: int) -> None:
     publish(f'on process {process_index}, {error}')
   elif error is not None:
     leave_if_a_peer_stalled(process_index)
+
+
+@contextlib.contextmanager
+def shared(process_index: int, process_count: int):
+  """Within it, one process's stalled input ends every process: its
+  InputStalled is published as it leaves, and a peer's ends this one (exit
+  69). A run of one process has nothing to share."""
+  if process_count == 1:
+    yield
+    return
+  watch_for_a_peer_stall(process_index)
+  error = None
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    error = e
+    raise
+  finally:
+    after_loop(error, process_index)
 
 
 def publish(line: str) -> None:

@@ -16,12 +16,14 @@ import jax
 import numpy as np
 
 from configs import values
+from coordination import preemption
 from core import atomic
 from core.errors import UsageError
 from input_pipeline import single_images
 from modes import eval as eval_mode
 from trainer import checkpointing
 from trainer import experiment
+from trainer import input_wait
 from trainer import step_functions
 
 
@@ -77,8 +79,16 @@ def run_predict(config, workdir: str) -> dict:
   k = min(config.predict.top_k, num_classes)
 
   lines, unreadable = [], []
+  preemption.during_prediction()
   with exp.tracing_context():
-    for files, images, skipped in single_images.batches(paths, config.data, batch_size):
+    # Waited for in slices as training waits (trainer/input_wait.py): an
+    # unreadable mount ends the run with exit 69 instead of holding it.
+    read = input_wait.WaitedStream(
+        single_images.batches(paths, config.data, batch_size),
+        f'predict input (predict.inputs, {len(paths)} '
+        f'{"image" if len(paths) == 1 else "images"})',
+        config.data.stall_timeout_s)
+    for files, images, skipped in read:
       for name in skipped:
         logging.warning('Unreadable image, skipped: %s', name)
       unreadable += skipped

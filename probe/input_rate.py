@@ -7,9 +7,11 @@ process's own (tf.data's threads included); images/s per core follows
 from it.
 """
 
+from coordination import stall_notice
 from input_pipeline import create_dataset
 from probe import processes
 from trainer import host_input
+from trainer import input_wait
 
 _WARMUP_BATCHES = 1  # the pipeline's threads start and its buffers fill
 
@@ -25,15 +27,22 @@ def dataset(config):
                         process_count=jax.process_count())
 
 
-def measure(data, batches: int) -> dict:
+def measure(config, data, batches: int) -> dict:
   """{'images_per_sec', 'cpu_ms_per_image', 'images_per_sec_per_core',
-  'host_cores'} of this process's pipeline."""
-  stream = data.train_batches(0)
-  try:
-    processes.barrier()
-    images_per_sec, cpu_ms = host_input.time_input(stream, _WARMUP_BATCHES, batches)
-  finally:
-    stream.close()  # its threads stop before anything else is timed
+  'host_cores'} of this process's pipeline.
+
+  A pipeline that produces nothing for data.stall_timeout_s ends the probe
+  with InputStalled (exit 69) on every process: the stalled one publishes
+  it, and its peers, waiting in the next collective, leave with its line.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  processes.barrier()
+  with stall_notice.shared(jax.process_index(), jax.process_count()):
+    # time_input closes the stream: its threads stop before anything else is timed.
+    images_per_sec, cpu_ms = host_input.time_input(
+        data.train_batches(0), _WARMUP_BATCHES, batches,
+        pipeline=input_wait.pipeline_name(config),
+        stall_timeout_s=config.data.stall_timeout_s)
   cpu_ms = round(cpu_ms, 3)  # as bench records it: the verdict's words follow from it
   return {'images_per_sec': images_per_sec, 'cpu_ms_per_image': cpu_ms,
           'images_per_sec_per_core': 1000.0 / cpu_ms, 'host_cores': host_input.host_cores()}

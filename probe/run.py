@@ -182,7 +182,7 @@ def _measure(config) -> dict:
   mine['update_s'] = compute.update_s(exp, jax.local_devices(), config.probe.repeats)
   if data is not None:
     logging.info('probe: timing the input pipeline alone, %d batches', config.probe.input_batches)
-    mine['input'] = input_rate.measure(data, config.probe.input_batches)
+    mine['input'] = input_rate.measure(config, data, config.probe.input_batches)
   by_process = processes.gather(mine)
 
   plan = config.plan

@@ -6,11 +6,13 @@ import re
 import shutil
 import signal
 import threading
+import time
 import types
 
 import numpy as np
 import pytest
 
+from core.errors import EXIT_INPUT_STALLED, EXIT_PREEMPTED
 from tests.helpers import run_main
 from trainer import metrics_log
 from trainer import unreadable
@@ -157,6 +159,50 @@ def test_predict_reads_the_number_of_classes_off_a_checkpoint(trained_workdir):
   assert predict.top_k(np.array([0.1, 0.6, 0.3]), 2, None) == [
       {'class': 1, 'name': None, 'probability': 0.6},
       {'class': 2, 'name': None, 'probability': 0.3}]
+
+
+@pytest.mark.parametrize('how', ['stall', 'SIGTERM'])
+def test_predict_on_an_image_that_never_comes_stops_with_a_line_not_a_hang(
+    trained_copy, tmp_path, how):
+  """A FIFO stands for a mount that stops answering: reading it blocks in a
+  native call. The wait for it stops at data.stall_timeout_s (exit 69), or
+  at a SIGTERM (exit 75), and writes nothing."""
+  stuck = tmp_path / 'stuck.jpg'
+  os.mkfifo(stuck)
+  listing = tmp_path / 'list.txt'
+  listing.write_text(f'{stuck}\n')
+  output = tmp_path / 'predictions.jsonl'
+  timeout_s = 3 if how == 'stall' else 0  # 0: only the signal ends the wait
+  process = run_main(f'--workdir={trained_copy}', '--mode=predict',
+                     f'--config.predict.inputs={listing}', f'--config.predict.output={output}',
+                     f'--config.data.stall_timeout_s={timeout_s}', background=True)
+  writer = None
+  try:
+    if how == 'SIGTERM':
+      # Opening the write end succeeds once predict reads the FIFO; held
+      # open without a byte, the read stays blocked.
+      deadline = time.monotonic() + 120
+      while writer is None:
+        try:
+          writer = os.open(stuck, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+          assert time.monotonic() < deadline and process.poll() is None
+          time.sleep(0.2)
+      process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+  finally:
+    if writer is not None:
+      os.close(writer)
+    process.kill()
+  last = stderr.strip().splitlines()[-1]
+  if how == 'stall':
+    assert process.returncode == EXIT_INPUT_STALLED, stderr[-3000:]
+    assert last.startswith('error: the predict input (predict.inputs, 1 image) '
+                           'produced no batch for 3 s'), last
+  else:
+    assert process.returncode == EXIT_PREEMPTED, stderr[-3000:]
+    assert last == 'stopped by SIGTERM during prediction (nothing written); rerun the same command'
+  assert not output.exists()
 
 
 @pytest.mark.parametrize('inputs, message', [

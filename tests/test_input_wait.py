@@ -73,3 +73,27 @@ def test_the_streams_end_and_its_errors_reach_the_loop():
 def test_a_zero_timeout_waits_on():
   stream = input_wait.WaitedStream(_blocks_after(3, (0, 0, 1.2)), 'x', 0.0)
   assert [next(stream)['batch'] for _ in range(3)] == [0, 1, 2]
+
+
+def test_closing_the_stream_closes_its_source_in_the_reading_thread():
+  closed = threading.Event()
+
+  def source():
+    try:
+      while True:
+        yield {'label': [0]}
+    finally:
+      closed.set()  # where tf.data's iterator would stop its threads
+  stream = input_wait.WaitedStream(source(), 'x', 1.0, ahead=1)
+  next(stream)
+  stream.close()
+  assert closed.is_set()
+
+
+def test_timing_a_stalled_pipeline_ends_with_its_line_not_a_hang():
+  from trainer import host_input  # pylint: disable=g-import-not-at-top
+  began = time.monotonic()
+  with pytest.raises(InputStalled, match=r'the probe input produced no batch for 1 s'):
+    host_input.time_input(({'label': [0]} for _ in _blocks_after(2)), 1, 5,
+                          pipeline='probe input', stall_timeout_s=1.0)
+  assert time.monotonic() - began < 5.0

@@ -359,6 +359,9 @@ if '--process_id=1' in sys.argv:
   sys.exit(1)
 while not os.path.exists(marker):
   time.sleep(0.01)
+if how == 'usage':  # both refuse the same usage; process 1 said it first
+  print('error: process 0: the cause', flush=True)
+  sys.exit(2)
 print('error: process 0: Gloo all-reduce failed: Connection reset by peer', flush=True)
 sys.exit(1)
 """
@@ -421,14 +424,16 @@ _FORK_WARNING = 'ignore:os.fork:RuntimeWarning'
 
 
 @pytest.mark.filterwarnings(_FORK_WARNING)
-@pytest.mark.parametrize('how', ['error', 'sigkill'])
+@pytest.mark.parametrize('how', ['error', 'sigkill', 'usage'])
 def test_the_cause_is_named_though_a_consequence_exits_first(tmp_path, how):
   run = launcher.Launch(_stand_in(tmp_path, _FAILING_PAIR), [str(tmp_path / 'marker'), how],
                         num_processes=2, devices_per_process=1, out=open(os.devnull, 'w'))
   code, message = _wait_in_thread(run)
-  assert code == 1
+  # The cause stopped by the launcher has no code: the run takes the one of
+  # the process that failed on its own.
+  assert code == (2 if how == 'usage' else 1)
   assert message.startswith('launch: process 1 failed first'), message
-  assert ('the cause' in message) if how == 'error' else ('killed by SIGKILL' in message)
+  assert ('killed by SIGKILL' in message) if how == 'sigkill' else ('process 1: the cause' in message)
 
 
 @pytest.mark.filterwarnings(_FORK_WARNING)

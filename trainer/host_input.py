@@ -13,6 +13,8 @@ import math
 import os
 import time
 
+from trainer import input_wait
+
 
 def images_per_sec(cores: float, cpu_ms_per_image: float) -> float:
   """The most images a second `cores` busy cores decode."""
@@ -50,19 +52,32 @@ def host_cores() -> int:
   return len(os.sched_getaffinity(0))
 
 
-def time_input(batches, warmup_batches: int, timed_batches: int
-               ) -> tuple[float, float]:
+def time_input(batches, warmup_batches: int, timed_batches: int, *,
+               pipeline: str, stall_timeout_s: float) -> tuple[float, float]:
   """(images per second, CPU ms per image) of host batches, no step.
+
+  The batches are waited for as the training loop waits for them
+  (input_wait.WaitedStream): a source that stops producing ends the timing
+  with InputStalled after `stall_timeout_s` (0: never), naming `pipeline`,
+  and a stop signal's handler runs during the wait. Nothing else runs here,
+  so each batch is taken as soon as it is made: the clock sees the
+  pipeline's own pace. `batches` is closed at the end (its threads stop).
 
   CPU time is the process's (time.process_time: tf.data's threads
   included), which other work on the machine disturbs far less than the
   wall clock.
   """
-  for _ in range(warmup_batches):
-    next(batches)
-  images = 0
-  wall, cpu = time.perf_counter(), time.process_time()
-  for _ in range(timed_batches):
-    images += len(next(batches)['label'])
-  wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+  stream = input_wait.WaitedStream(batches, pipeline, stall_timeout_s, ahead=1)
+  try:
+    for _ in range(warmup_batches):
+      next(stream)
+    images = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(timed_batches):
+      images += len(next(stream)['label'])
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+  except BaseException:
+    stream.close(wait_s=0)  # a stalled source may never return: not waited for
+    raise
+  stream.close()
   return images / wall, 1000.0 * cpu / images

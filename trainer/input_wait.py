@@ -68,8 +68,10 @@ class WaitedStream:
     self._queue = queue.Queue(maxsize=max(ahead, 1))
     self._interval_s = None  # moving average of the time between batches
     self._done = False
-    threading.Thread(target=self._pull, args=(batches,), daemon=True,
-                     name=f'input: {pipeline}').start()
+    self._closed = threading.Event()
+    self._thread = threading.Thread(target=self._pull, args=(batches,), daemon=True,
+                                    name=f'input: {pipeline}')
+    self._thread.start()
 
   def _pull(self, batches: Iterator) -> None:
     last = None
@@ -81,10 +83,34 @@ class WaitedStream:
           self._interval_s = gap if self._interval_s is None else (
               _RECENT * self._interval_s + (1 - _RECENT) * gap)
         last = now
-        self._queue.put(('batch', batch))
-      self._queue.put(('end', None))
+        if not self._put(('batch', batch)):
+          break
+      else:
+        self._put(('end', None))
     except BaseException as e:  # pylint: disable=broad-except
-      self._queue.put(('error', e))  # raised in the loop's thread
+      self._put(('error', e))  # raised in the loop's thread
+    finally:
+      # A generator can be closed only by the thread that runs it: closing
+      # it here stops tf.data's own threads with it.
+      if self._closed.is_set() and hasattr(batches, 'close'):
+        batches.close()
+
+  def _put(self, item) -> bool:
+    """Queues `item` for the loop; False once the stream is closed."""
+    while not self._closed.is_set():
+      try:
+        self._queue.put(item, timeout=_SLICE_S)
+        return True
+      except queue.Full:
+        pass
+    return False
+
+  def close(self, wait_s: float = 10.0) -> None:
+    """Stops reading: the thread closes the source once its batch in hand
+    is read. Waits for that at most `wait_s` (a stalled source may never
+    return; its thread is a daemon)."""
+    self._closed.set()
+    self._thread.join(wait_s)
 
   def ready(self) -> bool:
     """True when the next batch (or the stream's end) is there already."""

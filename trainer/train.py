@@ -119,7 +119,7 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
     stop.restore_handlers()
     engine.close()
   if jax.process_count() > 1:
-    stall_notice.after_training(error, jax.process_index())
+    stall_notice.after_loop(error, jax.process_index())
   if error is not None and jax.process_count() > 1:
     # Waiting for an in-flight save here would wait for the other processes,
     # which may be the reason for the error: leave now (a save that did not
