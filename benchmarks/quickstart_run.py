@@ -7,7 +7,8 @@ in a fresh work dir with this interpreter, the shapes data cached as a
 second run finds it, then `main.py --workdir=... --mode=eval` on that work
 dir, and writes one record: the training process's wall time, the last line
 it logs (`Final eval at step ...`), the final evaluation's top-1 from
-metrics.jsonl, and the eval mode's JSON line, with the provenance of
+metrics.jsonl, the run's goodput ledger (goodput.json: where its wall time
+went, docs/goodput.md) and the eval mode's JSON line, with the provenance of
 benchmarks/provenance.py. Exits 1 when either command fails.
 """
 
@@ -22,6 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import provenance
+from trainer import goodput
 
 RECIPE = 'configs/quickstart.py'
 
@@ -67,6 +69,7 @@ def main() -> None:
         'final_top1': final['accuracy'],
         'final_eval_log_line': _last_line_with(train.stderr, 'Final eval'),
         'eval_mode_line': json.loads(evaluation.stdout.strip().splitlines()[-1]),
+        'goodput': goodput.summary(goodput.read(workdir)),
     })
 
 

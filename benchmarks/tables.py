@@ -210,10 +210,24 @@ def restore_memory(records) -> list[Table]:
 
 
 def quickstart_run(records) -> list[Table]:
-  header = ['recipe', 'wall s', 'final step', 'final top-1', '--mode=eval top-1']
-  rows = [[r['recipe'], _f(r['wall_s'], '.1f'), _f(r['final_step'], 'd'),
-           _percent(r['final_top1']), _percent(r['eval_mode_line']['accuracy'])]
-          for r in records]
+  header = ['recipe', 'wall s', 'final step', 'final top-1', '--mode=eval top-1', 'goodput',
+            'largest parts of the run']
+  rows = []
+  for r in records:
+    run = r.get('goodput')
+    parts = '' if run is None else ', '.join(
+        f'{name} {_percent(s / run["wall_s"])}' for name, s in
+        sorted(run['parts'].items(), key=lambda item: -item[1])[:3])
+    rows.append([r['recipe'], _f(r['wall_s'], '.1f'), _f(r['final_step'], 'd'),
+                 _percent(r['final_top1']), _percent(r['eval_mode_line']['accuracy']),
+                 _percent(run['goodput']) if run else '', parts])
+  return [(header, rows)]
+
+
+def goodput_cost(records) -> list[Table]:
+  header = ['recipe', 'ledger per step us', 'median step s', 'share of a step']
+  rows = [[r['recipe'], _f(r['after_step_us'], '.2f'), _f(r['step_time_s'], '.4f'),
+           f"{100 * r['share_of_step']:.4f}%"] for r in records]
   return [(header, rows)]
 
 
@@ -318,4 +332,4 @@ TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
     step_parts, memory_table, multiprocess, restore_memory, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
-    test_suite, quickstart_run, plan_example)}
+    test_suite, quickstart_run, plan_example, goodput_cost)}

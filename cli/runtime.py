@@ -1,6 +1,7 @@
 """Starts the JAX runtime: emulated CPU devices and multi-process set-up."""
 
 import ipaddress
+import math
 import os
 import socket
 import sys
@@ -37,6 +38,10 @@ def check_config(config) -> None:
   one_of('runtime.cluster', config.runtime.cluster, CLUSTERS)
   at_least('runtime.init_timeout_s', config.runtime.init_timeout_s, 1)
   at_least('runtime.heartbeat_timeout_s', config.runtime.heartbeat_timeout_s, 1)
+  held_s = config.runtime.stop_held_limit_s
+  if not math.isfinite(held_s):
+    raise UsageError(f'runtime.stop_held_limit_s={held_s!r} must be a finite number of seconds')
+  at_least('runtime.stop_held_limit_s', held_s, 1.0)
   at_least('runtime.agree_every_steps', config.runtime.agree_every_steps, 1)
 
 

@@ -211,6 +211,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.runtime.init_timeout_s = 300  # wait this long for every process to join
   # A process that stops answering for this long ends the run on all others.
   config.runtime.heartbeat_timeout_s = 30
+  # After SIGTERM or Ctrl-C, how long the loop may stay held in a native call
+  # (a collective a peer never joins, a device wait) before the process ends
+  # with exit 75 and nothing new saved. Keep it under the scheduler's grace
+  # period: 30 s by default on Slurm, Kubernetes and the clouds.
+  config.runtime.stop_held_limit_s = 20.0
   # Processes agree on stops and time-based saves every this many steps
   # (coordination/agreement.py): a stop or save waits at most that long.
   config.runtime.agree_every_steps = 10

@@ -17,7 +17,7 @@ Two phases, one owner of the signals at a time:
     second Ctrl-C aborts at once (exit 130), saving nothing more. The
     handler runs only when the main thread runs Python, so the first
     signal also starts a watcher thread: when the main thread shows no sign
-    of life (`alive`, `requested`) for HELD_LIMIT_S and the stop's save has
+    of life (`alive`, `requested`) for runtime.stop_held_limit_s and the stop's save has
     not begun (`saving`), it is held in a native call that may never return
     (a collective a peer never joins), and the watcher ends the process
     with exit 75, nothing new saved.
@@ -44,11 +44,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # How long the main thread has to unwind from StoppedBeforeStart on its own
 # (milliseconds when it runs Python) before the watcher ends the process.
 _UNWIND_S = 2.0
-# How long, after a stop signal during training, the main thread may stay out
-# of Python (held in a native call: a collective, a device wait) before the
-# watcher ends the process: within the 30 s grace period that Slurm,
-# Kubernetes and cloud preemptions give by default.
-HELD_LIMIT_S = 20.0
 # How long process 0 of several waits before it leaves on the held limit.
 _PEERS_LEAVE_S = 3.0
 
@@ -159,7 +154,9 @@ class StopRequest:
   when the save itself is what the user wants to escape.
   """
 
-  def __init__(self, held_limit_s: float = HELD_LIMIT_S):
+  def __init__(self, held_limit_s: float):
+    """held_limit_s: how long the main thread may stay out of Python after
+    the first signal before the watcher ends the process (runtime.stop_held_limit_s)."""
     self._requested = False
     self._held_limit_s = held_limit_s
     self._last_alive = time.monotonic()

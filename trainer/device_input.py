@@ -40,7 +40,8 @@ class DevicePrefetcher:
     self._queue = collections.deque()
     self._size = max(size, 1)
     self._exhausted = False
-    self.wait_s = 0.0
+    self.wait_s = 0.0  # since the last pop_wait_s
+    self.total_wait_s = 0.0  # since the start
 
   def fill(self) -> None:
     """Starts copies until `size` batches are in flight (or the stream ends)."""
@@ -49,7 +50,9 @@ class DevicePrefetcher:
         return  # a batch is in flight: the step need not wait for this one
       start = time.perf_counter()
       batch = next(self._host, None)
-      self.wait_s += time.perf_counter() - start
+      waited = time.perf_counter() - start
+      self.wait_s += waited
+      self.total_wait_s += waited
       if batch is None:
         self._exhausted = True
       else:

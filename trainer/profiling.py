@@ -6,6 +6,7 @@ B (A..B-1) into WORKDIR/profile; TensorBoard's profile tab reads it
 package). Only process 0 traces.
 """
 
+import contextlib
 import os
 
 from absl import logging
@@ -35,6 +36,14 @@ class StepTracer:
     if self._steps and not self._active and self._steps[0] <= step < self._steps[1]:
       jax.profiler.start_trace(self._directory)
       self._active = True
+
+  def annotated(self, step: int):
+    """Around the step that takes the counter from `step`: while tracing,
+    the profiler's step marker, which its step view (overview page, trace
+    viewer's Steps row) reads step times from."""
+    if not self._active:
+      return contextlib.nullcontext()
+    return jax.profiler.StepTraceAnnotation('train', step_num=step)
 
   def after_step(self, step: int, wait_for) -> None:
     """`step`: the counter after the step; `wait_for`: what to block on so

@@ -23,6 +23,7 @@ from trainer import device_input
 from trainer import engines
 from trainer import evaluate
 from trainer import experiment
+from trainer import goodput
 from trainer import input_wait
 from trainer import metrics_log
 from trainer import mfu
@@ -86,21 +87,24 @@ def train_and_evaluate(config, workdir: str) -> TrainOutcome:
 
 
 def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
+  ledger = goodput.Ledger(goodput.process_started_at())
   # --- Mesh, data, model, optimiser: everything the config determines.
   exp = experiment.build_experiment(config, workdir)
   start = run_start.choose_start(exp, workdir)
   # --- Engine and steps: compiled (and the engine's config checked) before
   # the work dir is touched, so a config that does not fit the device memory
   # or the engine stops here with nothing written.
-  engine = engines.create_engine(exp)
-  eval_fn = evaluate.compile_eval_step(exp)
+  with ledger.timed('compile'):
+    engine = engines.create_engine(exp)
+    eval_fn = evaluate.compile_eval_step(exp)
   _prepare_workdir(exp, workdir)
   is_chief = jax.process_index() == 0
   log = metrics_log.MetricsLog(workdir, enabled=is_chief)
+  run_ledger = goodput.RunLedger(workdir, ledger, enabled=is_chief)
   checkpointer = checkpointing.Checkpointer(
       workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save,
       keep_best=config.checkpoint.keep_best)
-  stop = preemption.StopRequest()
+  stop = preemption.StopRequest(config.runtime.stop_held_limit_s)
   if jax.process_count() > 1:  # a peer's stalled input ends this process too
     stall_notice.watch_for_a_peer_stall(jax.process_index())
   unreadable_examples = unreadable.UnreadableExamples(
@@ -110,7 +114,8 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
   outcome, error = None, None
   try:
     outcome = _train_loop(
-        _Run(exp, engine, eval_fn, log, checkpointer, unreadable_examples, utilization),
+        _Run(exp, engine, eval_fn, log, checkpointer, unreadable_examples, utilization,
+             ledger, run_ledger),
         start, stop, tracer)
   except Exception as e:  # pylint: disable=broad-except
     error = e
@@ -126,11 +131,19 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
     # finish is never taken for a checkpoint) and let them be stopped.
     raise error
   # Closing waits for the last asynchronous save, whose failure surfaces here.
-  for close in (checkpointer.close, log.close):
+  with ledger.timed('checkpoint_save'):
     try:
-      close()
+      checkpointer.close()
     except Exception as e:  # pylint: disable=broad-except
       error = error or e
+  if ledger.loop_started:
+    run = run_ledger.write()
+    log.write({'step': ledger.reached_step, 'split': 'goodput', **_goodput_record(run)})
+    logging.info('Run time: %s', goodput.in_words(run))
+  try:
+    log.close()
+  except Exception as e:  # pylint: disable=broad-except
+    error = error or e
   if error is not None:
     failure = checkpointing.disk_full_failure(error, workdir)
     if failure is not None:
@@ -149,6 +162,8 @@ class _Run:
   checkpointer: checkpointing.Checkpointer
   unreadable_examples: unreadable.UnreadableExamples
   utilization: mfu.Utilization
+  ledger: goodput.Ledger  # this process's clock
+  run_ledger: goodput.RunLedger  # goodput.json, every attempt
 
 
 class _Interval:
@@ -213,6 +228,8 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
   # the tests' hooks, the processes' agreement, a save, a stop), in that order.
   interval, last_save = _Interval(start_step), time.monotonic()
   step = start_step
+  run.ledger.start_loop(step)
+  run.run_ledger.write()  # an attempt that dies in its first steps still shows
   while step < total:
     tracer.before_step(step)
     try:
@@ -220,24 +237,27 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
     except input_wait.StopWhileWaiting as e:
       logging.warning('The stop came while the loop waited for the %s', e)
       return _stop_after_save(run, stop, interval, step, eval_metrics)
-    engine.step(batch)
+    with tracer.annotated(step):
+      engine.step(batch)
     step += 1
+    run.ledger.after_step(step, batches.total_wait_s)
     stop.alive()
     tracer.after_step(step, engine.state)
     if step % config.log_every_steps == 0 or step == total:
       interval = _log_progress(run, interval, step, batches)
     evaluated = step % eval_every == 0 or step == total
     if evaluated:
-      with interval.excluded():
+      with interval.excluded(), run.ledger.timed('evaluation'):
         metrics = _evaluate(run, step, _eval_stop(run, stop, agreement, step),
                             _stop_in_waits(stop))
       if metrics is None:  # a stop, agreed between eval batches
         return _stop_after_save(run, stop, interval, step, eval_metrics, eval_pending=True)
       eval_metrics = metrics
-    debug_hooks.after_step(config, step, stop)  # the tests' failure or pause
+    with run.ledger.outside_the_steps():
+      debug_hooks.after_step(config, step, stop)  # the tests' failure or pause
     stop_now, save_due_by_clock = _agree(agreement, stop, config, step, last_save)
     if step % config.checkpoint.every_steps == 0 or step == total or save_due_by_clock:
-      with interval.excluded(), stop.in_save():
+      with interval.excluded(), stop.in_save(), run.ledger.timed('checkpoint_save'):
         _save(run, interval, step, eval_metrics if evaluated else None)
       last_save = time.monotonic()
     if step < total and stop_now:
@@ -253,7 +273,8 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
                       'rerun the same command to evaluate it.', step)
       return TrainOutcome(step=step, preempted=True, eval_metrics=None)
   stop.saving()  # the last save ends, whatever signal comes
-  run.checkpointer.wait()
+  with run.ledger.timed('checkpoint_save'):
+    run.checkpointer.wait()
   if eval_metrics is not None:
     logging.info('Final eval at step %d: top-1 %.4f over %d examples',
                  step, eval_metrics['accuracy'], eval_metrics['num_examples'])
@@ -266,8 +287,10 @@ def _start_engine(run: _Run, start: run_start.Start) -> tuple[int, dict | None]:
   # Restored (resume after preemption) or created sharded; the engine owns
   # it from here on.
   exp, config = run.exp, run.exp.config
-  state, meta = run_start.initial_state(exp, run.checkpointer, start)
-  start_step = int(jax.device_get(state.step))
+  with run.ledger.timed('restore'):
+    state, meta = run_start.initial_state(exp, run.checkpointer, start)
+    start_step = int(jax.device_get(state.step))
+  run.run_ledger.begin(start_step)  # an earlier attempt's steps past it were lost
   run.engine.start(state, meta)  # what the engine kept in the metadata, if any
   logging.info('Mesh %s; engine %s; global batch %d; %d steps (%d per epoch); '
                'from step %d', dict(exp.mesh.shape), config.engine,
@@ -313,6 +336,8 @@ def _log_progress(run: _Run, interval: _Interval, step: int,
                  'input_wait_s': batches.pop_wait_s() / steps_done,
                  # distinct unreadable files so far (unreadable_files.txt)
                  'num_unreadable_files': run.unreadable_examples.count()})
+  run.log.write({'step': step, 'split': 'goodput',
+                 **_goodput_record(run.run_ledger.write())})
   logging.info('step %d/%d | loss %.4f | acc %.3f | %.0f img/s | MFU %.1f%% | '
                'ETA %s%s', step, total, summary['loss'], summary['accuracy'],
                config.batch_size / step_time, 100 * run.utilization.of(step_time),
@@ -417,6 +442,7 @@ def _save(run: _Run, interval: _Interval, step: int, eval_metrics: dict | None =
   run.checkpointer.save(step, state, meta)
   if eval_metrics is not None:
     run.checkpointer.save_if_best(step, state, meta, _ranked_accuracy(run, eval_metrics))
+  run.ledger.saved(step)
 
 
 def _stop_after_save(run: _Run, stop: preemption.StopRequest, interval: _Interval,
@@ -427,12 +453,21 @@ def _stop_after_save(run: _Run, stop: preemption.StopRequest, interval: _Interva
   outcome of a stop. eval_pending: a stop cut this step's evaluation short,
   so no result of it is kept and the resumed run evaluates it first."""
   stop.saving()  # the stop's watcher leaves the save to finish
-  _save(run, interval, step, best_candidate, eval_pending)
-  run.checkpointer.wait()
+  with run.ledger.timed('checkpoint_save'):
+    _save(run, interval, step, best_candidate, eval_pending)
+    run.checkpointer.wait()
   logging.warning('Stopped at step %d after saving%s; rerun the same command to '
                   'resume.', step, ' (its evaluation runs again on resume)'
                   if eval_pending else '')
   return TrainOutcome(step=step, preempted=True, eval_metrics=eval_metrics)
+
+
+def _goodput_record(run: dict) -> dict:
+  """metrics.jsonl's goodput record of the run so far (trainer/goodput.py):
+  its goodput, wall time and each part in seconds."""
+  return {'goodput': run['goodput'], 'wall_s': run['wall_s'], 'attempts': run['attempts'],
+          'redone_steps': run['redone_steps'],
+          **{f'{name}_s': seconds for name, seconds in run['parts'].items()}}
 
 
 def _time_split(summary: dict, phases: tuple[str, ...]) -> str:

@@ -1,0 +1,122 @@
+"""trainer/goodput.py: a run's wall time split into parts that add up, and
+the steps a restart trains again counted as lost work of the run."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tests.helpers import run_main
+from tests.test_end_to_end import StderrLines, tiny_synthetic_run_flags
+from trainer import checkpointing
+from trainer import goodput
+
+
+def _attempt(reached, marks, compute=8.0, wait=2.0, wall=20.0):
+  parts = dict.fromkeys(goodput.PARTS, 0.0)
+  parts.update(step_compute=compute, input_wait=wait, other=wall - compute - wait)
+  return {'started_at': 0.0, 'wall_s': wall, 'parts': parts, 'first_step': 0,
+          'reached_step': reached, 'step_marks': marks}
+
+
+def test_the_steps_past_the_checkpoint_move_to_lost_work_in_the_steps_proportion():
+  # Steps 0..10 took 1 s each (10 s: 8 compute, 2 waiting); the restart
+  # resumes at step 6, so steps 7..10 (4 s) are lost.
+  attempt = goodput.charge_redone_steps(_attempt(10, [[0, 0.0], [10, 10.0]]), 6)
+  assert attempt['redone_steps'] == 4
+  parts = attempt['parts']
+  assert parts['lost_work'] == pytest.approx(4.0)
+  assert parts['step_compute'] == pytest.approx(8.0 - 3.2)
+  assert parts['input_wait'] == pytest.approx(2.0 - 0.8)
+  assert sum(parts.values()) == pytest.approx(20.0)  # moved, not added
+
+
+def test_a_restart_at_the_step_reached_loses_nothing():
+  attempt = goodput.charge_redone_steps(_attempt(6, [[4, 3.0], [6, 5.0]]), 6)
+  assert attempt['redone_steps'] == 0 and attempt['parts']['lost_work'] == 0.0
+
+
+def test_marks_are_interpolated_between_and_held_beyond():
+  marks = [[4, 2.0], [8, 6.0]]
+  assert [goodput.interpolated_step_s(marks, s) for s in (2, 4, 6, 8, 9)] == [
+      2.0, 2.0, 4.0, 6.0, 6.0]
+
+
+def test_the_run_adds_its_attempts_and_says_so_in_words():
+  first = goodput.charge_redone_steps(_attempt(10, [[0, 0.0], [10, 10.0]]), 6)
+  run = goodput.summary([first, _attempt(20, [[6, 0.0], [20, 14.0]], compute=12.0,
+                                         wait=2.0, wall=30.0)])
+  assert run['wall_s'] == 50.0 and run['attempts'] == 2 and run['redone_steps'] == 4
+  assert run['goodput'] == pytest.approx((4.8 + 12.0) / 50.0)
+  words = goodput.in_words(run)
+  assert words.startswith('goodput 34% of 50 s over 2 attempts (4 steps redone): ')
+  assert 'lost work 8%' in words
+
+
+def test_a_ledger_parts_sum_to_its_wall_time():
+  ledger = goodput.Ledger(time.time() - 1.0)
+  with ledger.timed('compile'):
+    time.sleep(0.05)
+  ledger.start_loop(0)
+  time.sleep(0.05)
+  ledger.after_step(1, total_wait_s=0.01)
+  with ledger.timed('evaluation'):
+    time.sleep(0.05)
+  record = ledger.record()
+  parts = record['parts']
+  assert sum(parts.values()) == pytest.approx(record['wall_s'])
+  assert parts['start_up'] >= 1.0 and parts['compile'] >= 0.05
+  assert parts['input_wait'] == pytest.approx(0.01)
+  assert parts['step_compute'] >= 0.03  # the evaluation is not a step's
+  assert record['step_marks'][-1][0] == 1
+
+
+def test_this_process_started_before_this_test_ran():
+  # The kernel's start time of the test process: before its modules loaded.
+  started = goodput.process_started_at()
+  assert started <= goodput._LOADED_AT < time.time()  # pylint: disable=protected-access
+  assert time.time() - started < 24 * 3600
+
+
+def test_a_killed_run_counts_the_steps_its_restart_trains_again(tmp_path):
+  """SIGKILL at step 6 (checkpoint 4 complete): the restart resumes at 4 and
+  charges steps 5 and 6 to the killed attempt's lost work; each attempt's
+  parts add up to its wall time, and the restarted run's to the time the
+  test measured."""
+  workdir = str(tmp_path / 'run')
+  flags = tiny_synthetic_run_flags(**{'checkpoint.every_steps': 4, 'log_every_steps': 1,
+                                      'checkpoint.async_save': False})
+  process = run_main(f'--workdir={workdir}', *flags, '--config.debug.pause_at_step=6',
+                     background=True)
+  stderr = StderrLines(process)
+  stderr.wait_for('Paused at step 6')
+  process.send_signal(signal.SIGKILL)
+  process.wait(timeout=60)
+  assert checkpointing.all_steps(workdir) == [4]
+  logged = [r['step'] for r in map(json.loads, open(os.path.join(workdir, 'metrics.jsonl')))
+            if r['split'] == 'train']
+  assert max(logged) == 6
+
+  began = time.time()
+  result = run_main(f'--workdir={workdir}', *flags)
+  measured_s = time.time() - began
+  assert result.returncode == 0, result.stderr[-3000:]
+  killed, restarted = goodput.read(workdir)
+  assert killed['reached_step'] == 6 and killed['redone_steps'] == 2
+  assert restarted['first_step'] == 4 and restarted['reached_step'] == 8
+  assert killed['parts']['lost_work'] > 0
+  for attempt in (killed, restarted):
+    assert sum(attempt['parts'].values()) == pytest.approx(attempt['wall_s'], rel=1e-9)
+  # The ledger ends at its last write; the interpreter's exit follows it.
+  assert 0 < measured_s - restarted['wall_s'] < max(0.02 * measured_s, 2.0), (
+      measured_s, restarted['wall_s'])
+  assert restarted['parts']['other'] < 0.1 * restarted['wall_s'], restarted['parts']
+  last = result.stderr.strip().splitlines()
+  assert any('Run time: goodput ' in line and 'over 2 attempts (2 steps redone)' in line
+             for line in last), result.stderr[-2000:]
+  records = [r for r in map(json.loads, open(os.path.join(workdir, 'metrics.jsonl')))
+             if r['split'] == 'goodput']
+  assert records[-1]['attempts'] == 2 and records[-1]['redone_steps'] == 2
+
