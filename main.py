@@ -9,7 +9,7 @@ checkpoint and evaluate), predict (classify image files with a checkpoint),
 export (a checkpoint as a TensorFlow SavedModel), bench (time the train
 step), plan and study (the cluster planner), probe (measure the real
 network and devices into probe.json), prepare (prepare the data once, before
-a multi-host job). README.md is the
+a multi-host job), report (plots of a run from its work dir's files). README.md is the
 guide; docs/configuration.md lists every config key.
 """
 

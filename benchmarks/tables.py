@@ -231,6 +231,13 @@ def goodput_cost(records) -> list[Table]:
   return [(header, rows)]
 
 
+def metrics_writer_import(records) -> list[Table]:
+  header = ['writer', 'import and one scalar s', 'bare interpreter s', 'rounds']
+  rows = [[r['writer'], _f(r['start_up_s'], '.3f'), _f(r['interpreter_s'], '.3f'),
+           _f(r['rounds'], 'd')] for r in records]
+  return [(header, rows)]
+
+
 def plan_example(records) -> list[Table]:
   header = ['model', 'image px', 'devices', 'S MB', 'per-device batch', 'T_C ms']
   rows = [[r['plan']['model'], _f(r['plan']['image_size'], 'd'),
@@ -332,4 +339,5 @@ TABLES = {f.__name__: f for f in (
     speed_ab, bench, collectives, conv_forms, engine_contrast, flax_side_by_side,
     step_parts, memory_table, multiprocess, restore_memory, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
-    test_suite, quickstart_run, plan_example, goodput_cost)}
+    test_suite, quickstart_run, plan_example, goodput_cost,
+    metrics_writer_import)}

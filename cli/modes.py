@@ -76,6 +76,12 @@ def _export(config, workdir, context) -> int:
   return _print_json(export.run_export(config, workdir))
 
 
+def _report(config, workdir, context) -> int:
+  del config, context
+  from modes import report  # pylint: disable=g-import-not-at-top
+  return _print_json(report.run_report(workdir))
+
+
 def _bench(config, workdir, context) -> int:
   del context
   from modes import bench  # pylint: disable=g-import-not-at-top
@@ -146,6 +152,8 @@ MODES = {
     'study': Mode(_study, checks_batch=False, glibc_malloc_defaults=True),
     'probe': Mode(_probe, checks_batch=False),
     'prepare': Mode(_prepare, data='prepare', before_runtime=True),
+    'report': Mode(_report, needs_trained_workdir=True, before_runtime=True,
+                   checks_batch=False),
 }
 
 # Checks of a mode's own config section, before the runtime starts:

@@ -105,6 +105,34 @@ def test_tensorboard_reads_the_logged_scalars(trained_workdir):
   assert [step for step, _ in logged] == [step for step, _ in expected]
   np.testing.assert_allclose([v for _, v in logged], [v for _, v in expected], rtol=1e-6)
   assert [e.step for e in events.Tensors('eval/accuracy')] == [4, 8]
+  goodput = [r['goodput'] for r in _records(trained_workdir, 'goodput')]
+  np.testing.assert_allclose([float(tensor_util.make_ndarray(e.tensor_proto))
+                              for e in events.Tensors('goodput/goodput')], goodput, rtol=1e-6)
+
+
+def test_report_mode_draws_the_run_from_its_files(trained_copy):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  result = run_main(f'--workdir={trained_copy}', '--mode=report')
+  assert result.returncode == 0, result.stderr[-3000:]
+  plots = json.loads(result.stdout.strip().splitlines()[-1])['plots']
+  assert [os.path.basename(p) for p in plots] == [
+      f'report_{name}.png' for name in ('loss', 'accuracy', 'lr', 'speed', 'goodput')]
+  for path in plots:
+    with Image.open(path) as image:
+      assert image.format == 'PNG' and image.size[0] >= 600
+  # The ledger of the training run is what the last picture draws.
+  assert len(json.load(open(os.path.join(trained_copy, 'goodput.json')))['attempts']) == 1
+
+
+def test_report_mode_without_a_logged_step_exits_2_in_one_line(tmp_path, trained_workdir):
+  workdir = tmp_path / 'fresh'
+  workdir.mkdir()
+  shutil.copy(os.path.join(trained_workdir, 'config.json'), workdir)
+  result = run_main(f'--workdir={workdir}', '--mode=report')
+  assert result.returncode == 2, result.stderr[-3000:]
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert lines[-1].startswith('error: --workdir=') and 'no training record yet' in lines[-1]
+  assert sorted(os.listdir(workdir)) == ['config.json']
 
 
 def test_eval_mode_reproduces_the_final_training_accuracy(trained_copy):

@@ -3,8 +3,6 @@
 import json
 import math
 import os
-import socket
-import time
 
 METRICS_FILE_NAME = 'metrics.jsonl'
 
@@ -17,35 +15,23 @@ def _jsonable(value):
 
 
 class _EventFile:
-  """TensorBoard scalars in its event-file format, written with TensorBoard's
-  own protos and record framing rather than tf.summary: TensorFlow takes
-  seconds to import, and a run on synthetic data needs it for nothing else.
-  The work dir is local (metrics.jsonl is written with open() too)."""
+  """TensorBoard scalars through tensorboardX's SummaryWriter: a public,
+  maintained writer of TensorBoard's event files that needs neither
+  TensorFlow (seconds to import, and a run on synthetic data needs it for
+  nothing else) nor PyTorch. The pid in the file's name keeps restarts'
+  files apart."""
 
   def __init__(self, directory: str):
-    # pylint: disable=g-import-not-at-top
-    from tensorboard.compat.proto import event_pb2
-    from tensorboard.plugins.scalar import summary_v2
-    from tensorboard.summary.writer import record_writer
-    # pylint: enable=g-import-not-at-top
-    self._event_pb2, self._scalar_pb = event_pb2, summary_v2.scalar_pb
-    # The name TensorBoard looks for; the pid keeps restarts' files apart.
-    name = (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.'
-            f'{os.getpid()}.0.v2')
-    self._records = record_writer.RecordWriter(open(os.path.join(directory, name), 'ab'))
-    self._write(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2'))
-
-  def _write(self, event) -> None:
-    self._records.write(event.SerializeToString())
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    self._writer = SummaryWriter(directory, filename_suffix=f'.{os.getpid()}')
 
   def scalars(self, step: int, values: dict[str, float]) -> None:
     for tag, value in values.items():
-      self._write(self._event_pb2.Event(wall_time=time.time(), step=step,
-                                        summary=self._scalar_pb(tag, value)))
-    self._records.flush()
+      self._writer.add_scalar(tag, value, step)
+    self._writer.flush()
 
   def close(self) -> None:
-    self._records.close()
+    self._writer.close()
 
 
 class MetricsLog:
