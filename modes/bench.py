@@ -11,6 +11,9 @@ image and the MFU against a matmul peak measured in the same run
 line is printed and appended to bench.jsonl in the work dir; nothing else
 stays there (the work dir's lock, coordination/workdir_lock.py, only while it
 runs), so a trained run's work dir can be benchmarked with its own config.
+With profile_steps='A,B' (the bench's steps counted from 0, warm-up
+included), steps A..B-1 are traced into WORKDIR/profile as in training, and
+the record names them: a traced step is slower than one that is not.
 """
 
 import datetime
@@ -30,6 +33,7 @@ from trainer import experiment
 from trainer import host_input
 from trainer import input_wait
 from trainer import mfu
+from trainer import profiling
 from trainer import progress
 from trainer import state as state_lib
 
@@ -91,6 +95,8 @@ def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
         'input_images_per_sec_per_core': round(1000.0 / cpu_ms, 1),
         'host_cores': host_input.host_cores(),
     }
+  tracer = profiling.StepTracer(workdir, config.profile_steps,
+                                enabled=jax.process_index() == 0)
   engine.start(state_lib.create_train_state(
       exp.model, exp.tx, config.data.image_size, exp.state_shardings, config.seed))
   batches = device_input.DevicePrefetcher(
@@ -101,24 +107,35 @@ def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
     logging.info('bench: step compiled in %.1f s, its FLOPs and the matmul peak '
                  'measured; %d warm-up steps, then %d timed', compile_s,
                  config.bench.warmup_steps, config.bench.steps)
+    # profile_steps counts the bench's steps from 0, warm-up included.
+    step = 0
     for _ in range(config.bench.warmup_steps):
-      engine.step(next(batches))
+      tracer.before_step(step)
+      with tracer.annotated(step):
+        engine.step(next(batches))
       engine.collect_metrics()
+      step += 1
+      tracer.after_step(step, engine.state)
     batches.pop_wait_s()
     logging.info('bench: warmed up; timing %d steps', config.bench.steps)
     times = []
     now_and_then = progress.Every(10.0)  # a slow step still shows it is alive
     for i in range(config.bench.steps):
+      tracer.before_step(step)
       step_start = time.perf_counter()
-      engine.step(next(batches))
+      with tracer.annotated(step):
+        engine.step(next(batches))
       batches.fill()  # the next batch's host work overlaps the step, as in training
       engine.collect_metrics()  # waits for the step: one time per step
       times.append(time.perf_counter() - step_start)
+      step += 1
+      tracer.after_step(step, engine.state)
       if now_and_then.due() and i + 1 < config.bench.steps:
         logging.info('bench: %d/%d steps timed, median %.4f s so far', i + 1,
                      config.bench.steps, np.median(times))
     input_wait_s = batches.pop_wait_s()
   finally:
+    tracer.stop()
     engine.close()
   # Measured on both sides of the timed steps, so that a slow moment of the
   # machine during one measurement cannot make the MFU look better.
@@ -153,6 +170,7 @@ def _timed_steps(config: ml_collections.ConfigDict, workdir: str) -> dict:
       'data_source': config.data.source,
       **input_record,
       'steps': config.bench.steps,
+      'profile_steps': config.profile_steps,  # '' when no step was traced
       'date': datetime.date.today().isoformat(),
   }
   if real:

@@ -26,7 +26,9 @@ def test_bench_reports_and_appends_on_synthetic_and_real_data(tmp_path, monkeypa
   # reads the folder of JPEGs (of 2 classes, as the synthetic data here).
   real = ('--config.bench.data=real', '--config.data.source=folder',
           f'--config.data.dir={tmp_path / "images"}', '--config.data.augment=inception_crop')
-  for xnnpack, env, data in (('true', {}, ()), ('false', {'GLIBC_TUNABLES': ''}, real)):
+  # The first run also traces one step, as training does.
+  for xnnpack, env, data in (('true', {}, ('--config.profile_steps=2,3',)),
+                             ('false', {'GLIBC_TUNABLES': ''}, real)):
     result = run_main(f'--workdir={workdir}', '--mode=bench', *_TINY,
                       '--config.model.num_classes=2',
                       f'--config.runtime.cpu_xnnpack={xnnpack}', *data,
@@ -35,6 +37,10 @@ def test_bench_reports_and_appends_on_synthetic_and_real_data(tmp_path, monkeypa
     assert 'bench: warmed up; timing' in result.stderr  # progress between compile and result
     records.append(json.loads(result.stdout.strip().splitlines()[-1]))
   record = records[0]
+  traces = [name for _, _, names in os.walk(os.path.join(workdir, 'profile'))
+            for name in names if name.endswith('.xplane.pb')]
+  assert len(traces) == 1 and record['profile_steps'] == '2,3'
+  assert records[1]['profile_steps'] == ''
   assert record['model'] == 'resnet18' and record['depth'] == 0 and record['batch_size'] == 16
   assert record['mesh'] == {'data': 2, 'fsdp': 1, 'tensor': 1}
   assert record['conv_form'] == 'by_shape'  # auto on CPU
@@ -57,8 +63,8 @@ def test_bench_reports_and_appends_on_synthetic_and_real_data(tmp_path, monkeypa
   with open(os.path.join(workdir, 'bench.jsonl')) as f:
     lines = [json.loads(line) for line in f]
   assert lines == records
-  # Nothing else: the work dir is not made a training run's.
-  assert sorted(os.listdir(workdir)) == ['bench.jsonl']
+  # Nothing else but the trace asked for: the work dir is not made a training run's.
+  assert sorted(os.listdir(workdir)) == ['bench.jsonl', 'profile']
 
 
 def _check_host_input(record, log):

@@ -19,6 +19,7 @@ from tests.helpers import REPO, run_main, xla_flags
 from tests.test_end_to_end import StderrLines, tiny_synthetic_run_flags
 from tests.test_launcher import _listening_addresses
 from trainer import checkpointing
+from trainer import goodput
 from trainer import metrics_log
 
 # A bound on the time from a signal to the exit that holds on a loaded
@@ -79,6 +80,7 @@ def test_sigkill_during_and_between_saves_always_resumes_from_a_complete_checkpo
   StderrLines(process).wait_for('Paused at step 5')
   process.kill()  # SIGKILL: no handler runs, nothing is flushed
   process.wait()
+  logged = max(r['step'] for r in _train_records(workdir))  # what the killed run trained
   complete = sorted(int(n) for n in _checkpoint_names(workdir) if n.isdigit())
   assert complete and complete[-1] in (2, 4), _checkpoint_names(workdir)
 
@@ -89,10 +91,35 @@ def test_sigkill_during_and_between_saves_always_resumes_from_a_complete_checkpo
   shutil.rmtree(os.path.join(partial, 'state'))
 
   # 3. Rerun to the end: it resumes from the latest complete checkpoint.
+  began = time.time()
   result = run_main(f'--workdir={workdir}', '--config.debug.pause_at_step=-1')
+  measured_s = time.time() - began
   assert result.returncode == 0, result.stderr[-3000:]
   assert f'Resuming from step {complete[-1]}' in result.stderr
   assert '10' in _checkpoint_names(workdir)
+
+  # 4. The goodput ledger (trainer/goodput.py): the steps after the complete
+  # checkpoint that the killed run trained (to 5, as its metrics said) are
+  # the rerun's redone steps, charged to the killed attempt; each attempt's
+  # parts add up to its wall time, and the rerun's to what was measured here.
+  killed, rerun = goodput.read(workdir)
+  assert killed['reached_step'] == logged == 5
+  assert killed['redone_steps'] == 5 - complete[-1] and killed['parts']['lost_work'] > 0
+  assert rerun['first_step'] == complete[-1] and rerun['reached_step'] == 10
+  for attempt in (killed, rerun):
+    assert sum(attempt['parts'].values()) == pytest.approx(attempt['wall_s'], rel=1e-9)
+  # The ledger ends at its last write; the interpreter's exit follows it.
+  assert 0 < measured_s - rerun['wall_s'] < max(0.02 * measured_s, 2.0), (
+      measured_s, rerun['wall_s'])
+  assert rerun['parts']['other'] < 0.1 * rerun['wall_s'], rerun['parts']
+  assert (f'over 2 attempts ({5 - complete[-1]} steps redone)' in result.stderr and
+          'Run time: goodput ' in result.stderr), result.stderr[-2000:]
+  goodput_records = [r for r in metrics_log.read(workdir) if r['split'] == 'goodput']
+  assert goodput_records[-1]['redone_steps'] == 5 - complete[-1]
+
+
+def _train_records(workdir):
+  return [r for r in metrics_log.read(workdir) if r['split'] == 'train']
 
 
 # Runs the rest of its command line with files limited to argv[1] bytes: a
