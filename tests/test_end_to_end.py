@@ -1,5 +1,6 @@
 """The command line as a user drives it: train, evaluate, resume, Ctrl-C."""
 
+import glob
 import json
 import os
 import re
@@ -189,6 +190,17 @@ def test_predict_reads_the_number_of_classes_off_a_checkpoint(trained_workdir):
       {'class': 2, 'name': None, 'probability': 0.3}]
 
 
+def _held_opening_a_fifo(pid: int) -> bool:
+  for wchan in glob.glob(f'/proc/{pid}/task/*/wchan'):
+    try:
+      with open(wchan) as f:
+        if f.read().strip() == 'wait_for_partner':
+          return True
+    except OSError:  # the thread ended
+      pass
+  return False
+
+
 @pytest.mark.parametrize('how', ['stall', 'SIGTERM'])
 def test_predict_on_an_image_that_never_comes_stops_with_a_line_not_a_hang(
     trained_copy, tmp_path, how):
@@ -204,23 +216,19 @@ def test_predict_on_an_image_that_never_comes_stops_with_a_line_not_a_hang(
   process = run_main(f'--workdir={trained_copy}', '--mode=predict',
                      f'--config.predict.inputs={listing}', f'--config.predict.output={output}',
                      f'--config.data.stall_timeout_s={timeout_s}', background=True)
-  writer = None
   try:
     if how == 'SIGTERM':
-      # Opening the write end succeeds once predict reads the FIFO; held
-      # open without a byte, the read stays blocked.
+      # Opening a FIFO for reading blocks until a writer comes: the signal
+      # goes once a thread of predict is held there (wait_for_partner: the
+      # kernel's wait in that open). A writer would end the wait at once
+      # (the file reads as empty: an unreadable image, not a hang).
       deadline = time.monotonic() + 120
-      while writer is None:
-        try:
-          writer = os.open(stuck, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-          assert time.monotonic() < deadline and process.poll() is None
-          time.sleep(0.2)
+      while not _held_opening_a_fifo(process.pid):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.2)
       process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
   finally:
-    if writer is not None:
-      os.close(writer)
     process.kill()
   last = stderr.strip().splitlines()[-1]
   if how == 'stall':

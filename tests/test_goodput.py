@@ -72,3 +72,12 @@ def test_this_process_started_before_this_test_ran():
   started = goodput.process_started_at()
   assert started <= goodput._LOADED_AT < time.time()  # pylint: disable=protected-access
   assert time.time() - started < 24 * 3600
+
+
+def test_an_unreadable_ledger_file_starts_the_ledger_again(tmp_path):
+  (tmp_path / goodput.FILE_NAME).write_text('{"attempts": [')  # cut short
+  run_ledger = goodput.RunLedger(str(tmp_path), goodput.Ledger(time.time()), enabled=True)
+  run_ledger.begin(resumed_at=0)
+  assert [a['first_step'] for a in run_ledger.attempts()] == [0]
+  run_ledger.write()
+  assert len(goodput.read(str(tmp_path))) == 1

@@ -27,6 +27,8 @@ import json
 import os
 import time
 
+from absl import logging
+
 from core import atomic
 
 FILE_NAME = 'goodput.json'
@@ -225,7 +227,14 @@ class RunLedger:
     become lost work."""
     if not self._enabled:
       return
-    earlier = read(os.path.dirname(self._path))
+    try:
+      earlier = read(os.path.dirname(self._path))
+    except (OSError, ValueError, KeyError) as e:
+      # An account, not a checkpoint: a file that cannot be read never stops
+      # a run; the ledger starts again from this attempt.
+      logging.warning('%s cannot be read (%s); the goodput ledger starts again '
+                      'from this attempt', self._path, e)
+      earlier = []
     if earlier:
       earlier[-1] = charge_redone_steps(earlier[-1], resumed_at)
     self._earlier = earlier
