@@ -249,5 +249,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.debug.stall_after_step = -1  # the training input hands out this step's batch, then blocks (a stalled pipeline); a run resumed from this step on does not; -1: off
   config.debug.stall_for_s = 0.0  # how long debug.stall_after_step blocks, in seconds; 0: for ever
   config.debug.stall_process = -1  # the process whose input debug.stall_after_step blocks (-1: every one)
+  config.debug.slow_input_s = 0.0  # the training input sleeps this long before each batch (a slow pipeline), on debug.slow_process; 0: off
+  config.debug.slow_step_s = 0.0  # the host sleeps this long after each step (a slow host), on debug.slow_process; 0: off
+  config.debug.slow_process = -1  # the process debug.slow_input_s and debug.slow_step_s slow (-1: every one)
 
   return config

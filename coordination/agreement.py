@@ -67,6 +67,17 @@ class Agreement:
     flags = gather_from_processes(np.array([stop_requested, save_due_here], np.int32))
     return bool(flags[:, 0].any()), bool(flags[0, 1])
 
+  def decide_and_share(self, stop_requested: bool, save_due_here: bool,
+                       figures: np.ndarray) -> tuple[bool, bool, np.ndarray | None]:
+    """decide's (stop, save), and every process's `figures` (float32, the
+    same length on all) in the same all-gather: [process_count, len]. None
+    for the figures with one process, which has no peers to compare."""
+    if self._process_count == 1:
+      return stop_requested, save_due_here, None
+    rows = gather_from_processes(np.concatenate(
+        [np.array([stop_requested, save_due_here], np.float32), figures.astype(np.float32)]))
+    return bool(rows[:, 0].any()), bool(rows[0, 1]), rows[:, 2:]
+
 
 def gather_from_processes(array: np.ndarray) -> np.ndarray:
   """[process_count, ...]: every process's `array` (a collective: call it

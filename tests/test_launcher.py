@@ -151,8 +151,12 @@ def _listening_addresses(port: int) -> list[ipaddress.IPv4Address | ipaddress.IP
 
 
 def test_two_by_four_trains_as_one_by_eight_and_one_device_evaluates_it(tmp_path):
+  """...and names process 1, whose input is slowed on purpose, as the one
+  that holds the run back (trainer/process_spread.py)."""
   flags = tiny_synthetic_run_flags(num_train_steps=4, log_every_steps=1, eval_every_steps=4,
-                                   **{'checkpoint.every_steps': 4})
+                                   **{'checkpoint.every_steps': 4,
+                                      'runtime.agree_every_steps': 1,
+                                      'debug.slow_input_s': 1.2, 'debug.slow_process': 1})
   single, multi = str(tmp_path / 'single'), str(tmp_path / 'multi')
   result = run_main(f'--workdir={single}', *flags)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -161,8 +165,16 @@ def test_two_by_four_trains_as_one_by_eight_and_one_device_evaluates_it(tmp_path
   assert '[p0] ' in result.stdout and '[p1] ' in result.stdout
   assert 'launch: all 2 processes finished' in result.stderr
 
-  assert [(r['step'], r['split']) for r in metrics_log.read(multi)] == [
-      (r['step'], r['split']) for r in metrics_log.read(single)]
+  spread = _records(multi, 'processes')
+  assert [r['step'] for r in spread] == [1, 2, 3, 4] and not _records(single, 'processes')
+  last = spread[-1]  # the first steps' intervals also hold warm-up
+  assert (last['slow_process'], last['cause']) == (1, 'input'), last
+  assert last['input_wait_s'][1] > 0.3 > last['input_wait_s'][0], spread
+  assert re.search(r'\[p0\] .*Step 4: process 1 of 2 holds the run back: .* it waits '
+                   r'for input', result.stdout + result.stderr)
+  assert [(r['step'], r['split']) for r in metrics_log.read(multi)
+          if r['split'] != 'processes'] == [
+              (r['step'], r['split']) for r in metrics_log.read(single)]
   # Equal up to the summation order of the cross-process all-reduce (gloo).
   np.testing.assert_allclose(list(_losses(multi).values()),
                              list(_losses(single).values()), rtol=1e-5)

@@ -30,12 +30,21 @@ def check_config(config) -> None:
                      'finite number of seconds (0: for ever)')
   at_least('debug.stall_for_s', config.debug.stall_for_s, 0)
   at_least('debug.stall_process', config.debug.stall_process, -1)
+  for key in ('slow_input_s', 'slow_step_s'):
+    value = config.debug[key]
+    if not math.isfinite(value):
+      raise UsageError(f'debug.{key}={value!r} must be a finite number of seconds')
+    at_least(f'debug.{key}', value, 0)
+  at_least('debug.slow_process', config.debug.slow_process, -1)
 
 
 def after_step(config, step: int, stop) -> None:
   """debug.fail_at_step raises; debug.pause_at_step waits for the stop
-  signal (`stop`: a preemption.StopRequest)."""
+  signal (`stop`: a preemption.StopRequest); debug.slow_step_s sleeps, as a
+  host that computes slowly."""
   _fail_if_injected(config, step)
+  if config.debug.slow_step_s and _slowed(config):
+    time.sleep(config.debug.slow_step_s)
   if step == config.debug.pause_at_step:
     _pause_until(step, stop.requested)
 
@@ -69,6 +78,24 @@ def stalled_stream(config, batches: Iterator, start_step: int) -> Iterator:
       jax.process_index(), -1):
     return batches
   return _stall_after(batches, stall_after - start_step, config.debug.stall_for_s)
+
+
+def slowed_stream(config, batches: Iterator) -> Iterator:
+  """debug.slow_input_s: the training stream sleeps that long before each
+  batch on debug.slow_process (-1: every one), as a slow host pipeline."""
+  if not config.debug.slow_input_s or not _slowed(config):
+    return batches
+  return _sleep_before_each(batches, config.debug.slow_input_s)
+
+
+def _slowed(config) -> bool:
+  return config.debug.slow_process in (jax.process_index(), -1)
+
+
+def _sleep_before_each(batches: Iterator, sleep_s: float) -> Iterator:
+  for batch in batches:
+    time.sleep(sleep_s)
+    yield batch
 
 
 def _stall_after(batches: Iterator, count: int, stall_s: float) -> Iterator:

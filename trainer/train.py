@@ -28,6 +28,7 @@ from trainer import input_wait
 from trainer import metrics_log
 from trainer import mfu
 from trainer import optim
+from trainer import process_spread
 from trainer import profiling
 from trainer import run_start
 from trainer import unreadable
@@ -115,7 +116,7 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
   try:
     outcome = _train_loop(
         _Run(exp, engine, eval_fn, log, checkpointer, unreadable_examples, utilization,
-             ledger, run_ledger),
+             ledger, run_ledger, process_spread.Figures()),
         start, stop, tracer)
   except Exception as e:  # pylint: disable=broad-except
     error = e
@@ -165,6 +166,7 @@ class _Run:
   utilization: mfu.Utilization
   ledger: goodput.Ledger  # this process's clock
   run_ledger: goodput.RunLedger  # goodput.json, every attempt
+  spread: process_spread.Figures  # this process's figures, for the next agreement
 
 
 class _Interval:
@@ -175,6 +177,9 @@ class _Interval:
     self.first_step = first_step  # the step before the interval's first
     self.records: list[dict] = []
     self.start = time.perf_counter()
+    # The host blocked on its devices and peers: the metrics fetch, the
+    # agreement's all-gather (trainer/process_spread.py).
+    self.blocked_s = 0.0
 
   @contextlib.contextmanager
   def excluded(self):
@@ -218,8 +223,9 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
   # run of several, the stop's watcher ends it: a save is a collective that
   # a peer held in the step's own would never join).
   batches = device_input.DevicePrefetcher(
-      debug_hooks.stalled_stream(config, exp.dataset.train_batches(start_step),
-                                 start_step),
+      debug_hooks.stalled_stream(
+          config, debug_hooks.slowed_stream(config, exp.dataset.train_batches(start_step)),
+          start_step),
       engine.batch_sharding, size=config.data.prefetch_batches,
       pipeline=input_wait.pipeline_name(config),
       stall_timeout_s=config.data.stall_timeout_s,
@@ -256,7 +262,7 @@ def _train_loop(run: _Run, start: run_start.Start, stop: preemption.StopRequest,
       eval_metrics = metrics
     with run.ledger.outside_the_steps():
       debug_hooks.after_step(config, step, stop)  # the tests' failure or pause
-    stop_now, save_due_by_clock = _agree(agreement, stop, config, step, last_save)
+    stop_now, save_due_by_clock = _agree(run, agreement, stop, interval, step, last_save)
     if step % config.checkpoint.every_steps == 0 or step == total or save_due_by_clock:
       with interval.excluded(), stop.in_save(), run.ledger.timed('checkpoint_save'):
         _save(run, interval, step, eval_metrics if evaluated else None)
@@ -322,7 +328,9 @@ def _log_progress(run: _Run, interval: _Interval, step: int,
   """Writes the train record of `interval` (ending at `step`) and its
   progress line; returns the next interval."""
   config, total = run.exp.config, run.exp.total_steps
-  _collect(run, interval)
+  began = time.perf_counter()
+  _collect(run, interval)  # waits for the interval's last step
+  interval.blocked_s += time.perf_counter() - began
   summary = {k: float((np.max if k.endswith('_max') else np.mean)(
       [m[k] for m in interval.records])) for k in interval.records[0]}
   summary['nonfinite_steps'] = int(sum(1 - m['finite'] for m in interval.records))
@@ -330,11 +338,13 @@ def _log_progress(run: _Run, interval: _Interval, step: int,
   run.unreadable_examples.update()
   steps_done = step - interval.first_step
   step_time = (time.perf_counter() - interval.start) / steps_done
+  input_wait = batches.pop_wait_s() / steps_done
+  run.spread.measured(step_time, input_wait, interval.blocked_s / steps_done)
   run.log.write({'step': step, 'split': 'train', **summary,
                  'images_per_sec': config.batch_size / step_time,
                  'mfu': run.utilization.of(step_time),
                  'step_time_s': step_time,
-                 'input_wait_s': batches.pop_wait_s() / steps_done,
+                 'input_wait_s': input_wait,
                  # distinct unreadable files so far (unreadable_files.txt)
                  'num_unreadable_files': run.unreadable_examples.count()})
   run.log.write({'step': step, 'split': 'goodput',
@@ -413,16 +423,29 @@ def _stop_in_waits(stop: preemption.StopRequest) -> Callable[[], bool] | None:
   return stop.requested if jax.process_count() == 1 else None
 
 
-def _agree(agreement: agreement_lib.Agreement, stop: preemption.StopRequest, config,
-           step: int, last_save: float) -> tuple[bool, bool]:
+def _agree(run: _Run, agreement: agreement_lib.Agreement, stop: preemption.StopRequest,
+           interval: _Interval, step: int, last_save: float) -> tuple[bool, bool]:
   """(stop now, save now because checkpoint.every_minutes passed), as every
-  process decides alike; both False between agreement steps."""
+  process decides alike; both False between agreement steps. The same
+  all-gather shares the processes' figures of the last progress interval:
+  a 'processes' record, and a line when one holds the run back."""
   if not agreement.due(step):
     return False, False
-  return agreement.decide(
+  config = run.exp.config
+  began = time.perf_counter()
+  stop_now, save_now, rows = agreement.decide_and_share(
       stop.requested(),
       config.checkpoint.every_minutes > 0 and
-      time.monotonic() - last_save > 60 * config.checkpoint.every_minutes)
+      time.monotonic() - last_save > 60 * config.checkpoint.every_minutes,
+      run.spread.take())
+  interval.blocked_s += time.perf_counter() - began  # the wait for the slowest
+  if rows is not None and rows[0, 0]:  # every process measured an interval
+    record = process_spread.spread(*rows[:, 1:].T)
+    run.log.write({'step': step, 'split': 'processes', **record})
+    words = process_spread.in_words(record)
+    if words and jax.process_index() == 0:
+      logging.warning('Step %d: %s', step, words)
+  return stop_now, save_now
 
 
 def _checkpoint_meta(run: _Run, step: int, eval_pending: bool = False) -> dict:
