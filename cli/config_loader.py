@@ -23,7 +23,7 @@ from configs.schema import coerce, conform_to_schema, dotted_items, load_saved
 
 
 # What may differ between runs in one work dir (ARCHITECTURE.md): the length of
-# training, cadences, the mesh, the sharding rules and the device count, the
+# training, cadences, where metrics go, the mesh, the sharding rules and the device count, the
 # engine and its own sections (where parameters live and how gradients meet:
 # a checkpoint holds the SPMD layout whatever the engine, and the one engine
 # metadata, the asynchronous PS counts, records N_w and is rescaled when it
@@ -35,7 +35,7 @@ from configs.schema import coerce, conform_to_schema, dotted_items, load_saved
 # Everything else decides what the checkpoints mean and must match.
 MUTABLE_KEY_PREFIXES = (
     'num_train_steps', 'num_epochs', 'log_every_steps', 'eval_every_steps',
-    'checkpoint.', 'mesh.', 'sharding_rules', 'eval.', 'runtime.', 'debug.',
+    'checkpoint.', 'metrics.', 'mesh.', 'sharding_rules', 'eval.', 'runtime.', 'debug.',
     'nonfinite', 'engine',
     'model.bn_group_size', 'model.conv_form', 'bench.', 'profile_steps',
     'data.dir', 'data.manual_dir', 'data.prefetch_batches', 'data.stall_timeout_s',

@@ -24,6 +24,7 @@ from trainer import memory
 from trainer import mesh
 from trainer import optim
 from trainer import profiling
+from trainer import wandb_tracker
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -46,6 +47,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   loop_checks.check_evaluation(config)
   mode_checks.check_predict(config)
   runtime.check_config(config)
+  wandb_tracker.check_config(config)  # metrics.*
 
 
 def check_against_devices(config: ml_collections.ConfigDict, *,

@@ -168,6 +168,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint.keep = 3  # keep the last K checkpoints
   config.checkpoint.keep_best = False  # also keep the checkpoint with the best eval accuracy
   config.checkpoint.async_save = True  # write checkpoints in the background
+  config.metrics = ml_collections.ConfigDict()
+  config.metrics.wandb_project = ''  # also send the metrics to this Weights & Biases project (needs the wandb package); '': off
+  config.metrics.wandb_entity = ''  # the W&B team or user; '': the login's default
+  config.metrics.wandb_mode = 'online'  # online, or offline: written to WORKDIR/wandb only, for `wandb sync` later
 
   # --- Speed: --mode=bench and profiling ---------------------------------------
   config.bench = ml_collections.ConfigDict()

@@ -15,6 +15,7 @@ import pytest
 
 from core.errors import EXIT_INPUT_STALLED, EXIT_PREEMPTED
 from tests.helpers import run_main
+from tests.test_wandb_tracker import wandb_history
 from trainer import metrics_log
 from trainer import unreadable
 
@@ -58,7 +59,8 @@ def tiny_synthetic_run_flags(**overrides):
 def trained_workdir(tmp_path_factory, shapes_dir):
   workdir = str(tmp_path_factory.mktemp('e2e') / 'run')
   result = run_main(f'--workdir={workdir}', *tiny_run_flags(shapes_dir),
-                    '--config.checkpoint.keep_best=true')
+                    '--config.checkpoint.keep_best=true',
+                    '--config.metrics.wandb_project=tests', '--config.metrics.wandb_mode=offline')
   assert result.returncode == 0, result.stderr[-3000:]
   return workdir
 
@@ -90,6 +92,16 @@ def test_training_writes_config_metrics_checkpoints_and_events(trained_workdir):
   assert sorted(os.listdir(os.path.join(trained_workdir, 'checkpoints'))) == ['4', '8']
   best_step = max(evals, key=lambda r: r['accuracy'])['step']  # first of ties
   assert os.listdir(os.path.join(trained_workdir, 'checkpoints_best')) == [str(best_step)]
+
+
+def test_wandb_offline_holds_the_runs_metrics(trained_workdir):
+  ids, rows = wandb_history(trained_workdir)
+  assert len(ids) == 1
+  for split, key in (('train', 'loss'), ('eval', 'accuracy'), ('goodput', 'goodput')):
+    logged = [(r['step'], r[key]) for r in _records(trained_workdir, split)]
+    sent = [(r['trainer/step'], r[f'{split}/{key}']) for r in rows if f'{split}/{key}' in r]
+    assert logged and [s for s, _ in sent] == [s for s, _ in logged], split
+    assert [v for _, v in sent] == pytest.approx([v for _, v in logged]), split
 
 
 def test_tensorboard_reads_the_logged_scalars(trained_workdir):

@@ -37,13 +37,15 @@ class _EventFile:
 class MetricsLog:
   """Appends one JSON object per event; only process 0 writes (ARCHITECTURE.md)."""
 
-  def __init__(self, workdir: str, *, enabled: bool = True):
+  def __init__(self, workdir: str, *, enabled: bool = True, tracker=None):
     self._enabled = enabled
     self._path = os.path.join(workdir, METRICS_FILE_NAME)
     self._events = _EventFile(workdir) if enabled else None
+    self._tracker = tracker  # trainer/wandb_tracker.py's, or None
 
   def write(self, record: dict) -> None:
-    """`record` needs 'step' and 'split'; every number also goes to TensorBoard."""
+    """`record` needs 'step' and 'split'; every number also goes to
+    TensorBoard, and to the tracker when there is one."""
     if not self._enabled:
       return
     record = {k: _jsonable(v) for k, v in record.items()}
@@ -52,10 +54,14 @@ class MetricsLog:
     self._events.scalars(record['step'], {
         f'{record["split"]}/{key}': value for key, value in record.items()
         if key not in ('step', 'split') and isinstance(value, (int, float))})
+    if self._tracker is not None:
+      self._tracker.log(record)
 
   def close(self) -> None:
     if self._events is not None:
       self._events.close()
+    if self._tracker is not None:
+      self._tracker.close()
 
 
 def read(workdir: str) -> list[dict]:

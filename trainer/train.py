@@ -32,6 +32,7 @@ from trainer import process_spread
 from trainer import profiling
 from trainer import run_start
 from trainer import unreadable
+from trainer import wandb_tracker
 
 
 class NonFiniteLoss(RunFailure):
@@ -100,7 +101,9 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
     eval_fn = evaluate.compile_eval_step(exp)
   _prepare_workdir(exp, workdir)
   is_chief = jax.process_index() == 0
-  log = metrics_log.MetricsLog(workdir, enabled=is_chief)
+  log = metrics_log.MetricsLog(
+      workdir, enabled=is_chief,
+      tracker=wandb_tracker.start(config, workdir) if is_chief else None)
   run_ledger = goodput.RunLedger(workdir, ledger, enabled=is_chief)
   checkpointer = checkpointing.Checkpointer(
       workdir, keep=config.checkpoint.keep, async_save=config.checkpoint.async_save,
