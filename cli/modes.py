@@ -51,9 +51,28 @@ def _print_json(record: dict) -> int:
 
 def _train(config, workdir, context) -> int:
   del context
+  import jax  # pylint: disable=g-import-not-at-top
   from trainer import train  # pylint: disable=g-import-not-at-top
   outcome = train.train_and_evaluate(config, workdir)
-  return EXIT_PREEMPTED if outcome.preempted else 0
+  if outcome.preempted:  # a stop's grace period is for the save, not for plots
+    return EXIT_PREEMPTED
+  if config.metrics.plots_at_end and jax.process_index() == 0:
+    _draw_at_end(workdir)
+  return 0
+
+
+def _draw_at_end(workdir: str) -> None:
+  """--mode=report's plots of a finished run; a failure to draw is a
+  warning: the run itself succeeded."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  from modes import report  # pylint: disable=g-import-not-at-top
+  try:
+    plots = report.run_report(workdir)['plots']
+  except Exception as e:  # pylint: disable=broad-except
+    logging.warning('The plots of the run were not drawn (%s); try: main.py '
+                    '--mode=report --workdir=%s', e, workdir)
+    return
+  logging.info('Plots of the run: %s', ', '.join(plots))
 
 
 def _eval(config, workdir, context) -> int:

@@ -169,6 +169,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint.keep_best = False  # also keep the checkpoint with the best eval accuracy
   config.checkpoint.async_save = True  # write checkpoints in the background
   config.metrics = ml_collections.ConfigDict()
+  config.metrics.plots_at_end = True  # a finished training run draws --mode=report's PNGs into the work dir (process 0)
   config.metrics.wandb_project = ''  # also send the metrics to this Weights & Biases project (needs the wandb package); '': off
   config.metrics.wandb_entity = ''  # the W&B team or user; '': the login's default
   config.metrics.wandb_mode = 'online'  # online, or offline: written to WORKDIR/wandb only, for `wandb sync` later

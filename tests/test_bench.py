@@ -1,5 +1,6 @@
 """--mode=bench: one JSON line, appended to bench.jsonl; bad input exits 2."""
 
+import glob
 import json
 import os
 
@@ -40,6 +41,7 @@ def test_bench_reports_and_appends_on_synthetic_and_real_data(tmp_path, monkeypa
   traces = [name for _, _, names in os.walk(os.path.join(workdir, 'profile'))
             for name in names if name.endswith('.xplane.pb')]
   assert len(traces) == 1 and record['profile_steps'] == '2,3'
+  assert [name for name, _ in _step_markers(workdir)] == ['train']
   assert records[1]['profile_steps'] == ''
   assert record['model'] == 'resnet18' and record['depth'] == 0 and record['batch_size'] == 16
   assert record['mesh'] == {'data': 2, 'fsdp': 1, 'tensor': 1}
@@ -112,6 +114,28 @@ def test_training_logs_mfu_and_traces_chosen_steps(tmp_path):
             for name in names if name.endswith('.xplane.pb')]
   assert len(traces) == 1
   assert 'Traced steps 2..2' in result.stderr
+  assert _step_markers(workdir) == [('train', 2)]
+
+
+def _step_markers(workdir) -> list[tuple[str, int]]:
+  """(name, step_num) of every step marker (the event with a step_num
+  stat, which the profiler's step view reads) in the work dir's trace,
+  parsed with the profiler's own XSpace protocol buffer."""
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  markers = []
+  for path in glob.glob(os.path.join(workdir, 'profile', '**', '*.xplane.pb'), recursive=True):
+    space = xplane_pb2.XSpace()
+    with open(path, 'rb') as f:
+      space.ParseFromString(f.read())
+    for plane in space.planes:
+      stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+      for line in plane.lines:
+        for event in line.events:
+          steps = [s.int64_value or s.uint64_value for s in event.stats
+                   if stat_names.get(s.metadata_id) == 'step_num']
+          if steps:
+            markers.append((plane.event_metadata[event.metadata_id].name, steps[0]))
+  return markers
 
 
 def _jpeg_folder(root, classes=2, per_class=8, size=48) -> None:

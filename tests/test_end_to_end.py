@@ -31,13 +31,14 @@ def tiny_run_flags(shapes_dir, **overrides):
   train step), so most runs of the session load them from the compilation
   cache, and the MFU needs no second trace (trainer/mfu.py). The forms are
   compared in test_conv_forms.py, the schedules in test_train_step.py and
-  test_resume.py.
+  test_resume.py. The plots at the end (a second of drawing) are left to the
+  runs that look at them (trained_workdir).
   """
   flags = {
       'model.width': 4, 'data.image_size': 16, 'batch_size': 64,
       'num_train_steps': STEPS, 'log_every_steps': 2, 'eval_every_steps': 4,
       'checkpoint.every_steps': 4, 'lr_schedule': 'constant', 'warmup_epochs': 0.0,
-      'model.conv_form': 'xla',
+      'model.conv_form': 'xla', 'metrics.plots_at_end': False,
   }
   if shapes_dir is not None:
     flags['data.dir'] = shapes_dir
@@ -59,7 +60,7 @@ def tiny_synthetic_run_flags(**overrides):
 def trained_workdir(tmp_path_factory, shapes_dir):
   workdir = str(tmp_path_factory.mktemp('e2e') / 'run')
   result = run_main(f'--workdir={workdir}', *tiny_run_flags(shapes_dir),
-                    '--config.checkpoint.keep_best=true',
+                    '--config.checkpoint.keep_best=true', '--config.metrics.plots_at_end=true',
                     '--config.metrics.wandb_project=tests', '--config.metrics.wandb_mode=offline')
   assert result.returncode == 0, result.stderr[-3000:]
   return workdir
@@ -82,6 +83,8 @@ def test_training_writes_config_metrics_checkpoints_and_events(trained_workdir):
   names = set(os.listdir(trained_workdir))
   assert {'config.json', 'metrics.jsonl', 'checkpoints', 'classes.json'} <= names
   assert any(n.startswith('events.out.tfevents') for n in names)
+  assert {f'report_{name}.png' for name in ('loss', 'accuracy', 'lr', 'speed', 'goodput')
+          } <= names  # metrics.plots_at_end
   train = _records(trained_workdir, 'train')
   assert [r['step'] for r in train] == [2, 4, 6, 8]
   for key in ('loss', 'accuracy', 'images_per_sec', 'step_time_s', 'lr'):

@@ -145,7 +145,6 @@ def _train_and_evaluate(config, workdir: str) -> TrainOutcome:
       run = run_ledger.write()
       log.write({'step': ledger.reached_step, 'split': 'goodput', **_goodput_record(run)})
       logging.info('Run time: %s', goodput.in_words(run))
-      logging.info('Plots of the run: main.py --mode=report --workdir=%s', workdir)
     log.close()
   except Exception as e:  # pylint: disable=broad-except
     error = error or e  # a full disk: the checkpoints' error, if any, comes first
