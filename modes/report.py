@@ -60,6 +60,10 @@ def run_report(workdir: str) -> dict:
 
 
 def _save(plt, fig, workdir: str, name: str) -> str:
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
+  for ax in fig.axes:
+    if ax.get_xlabel() == 'step':  # steps are whole: no tick at step 1.5
+      ax.xaxis.set_major_locator(MaxNLocator(integer=True))
   path = os.path.join(workdir, f'report_{name}.png')
   fig.tight_layout()
   fig.savefig(path, dpi=110)
