@@ -227,9 +227,11 @@ def test_sigterm_during_an_evaluation_saves_that_step_and_the_rerun_evaluates_it
 
   # 3. The same command: step 4 is evaluated before training goes on, and
   # this time the final evaluation (step 8) is stopped.
+  began = time.time()
   code, stderr, _ = _signal_when(run_main(f'--workdir={workdir}',
                                           '--config.debug.pause_at_step=8',
                                           background=True), paused_in_eval(8))
+  stopped_s = time.time() - began
   assert code == 75, stderr[-3000:]
   records = [(r['step'], r['split']) for r in metrics_log.read(workdir)]
   assert records.index((4, 'eval')) < records.index((6, 'train'))
@@ -238,10 +240,26 @@ def test_sigterm_during_an_evaluation_saves_that_step_and_the_rerun_evaluates_it
   assert checkpointing.best_steps(workdir) == [4]  # a result, so a candidate
 
   # 4. A rerun that finds the last step saved evaluates it, once, and ends.
+  began = time.time()
   result = run_main(f'--workdir={workdir}', '--config.debug.pause_at_step=-1')
+  rerun_s = time.time() - began
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Evaluating step 8 again' in result.stderr
   assert _eval_steps(workdir) == [4, 8]
+
+  # 5. The goodput ledger of the three training attempts (--mode=eval keeps
+  # none): a stop saves the step it stops at, so no step is redone; each
+  # attempt's parts add up to its wall time, and the last two attempts' to
+  # the time measured around them here (their exit follows the last write).
+  attempts = goodput.read(workdir)
+  assert [(a['first_step'], a['reached_step'], a['redone_steps']) for a in attempts] == [
+      (0, 4, 0), (4, 8, 0), (8, 8, 0)]
+  for attempt in attempts:
+    assert sum(attempt['parts'].values()) == pytest.approx(attempt['wall_s'], rel=1e-9)
+    assert attempt['parts']['lost_work'] == 0
+  for attempt, measured_s in zip(attempts[1:], (stopped_s, rerun_s)):
+    assert 0 < measured_s - attempt['wall_s'] < max(0.02 * measured_s, 2.0), (
+        measured_s, attempt['wall_s'])
 
 
 def test_ctrl_c_during_start_up_exits_75_promptly_though_native_code_holds_the_process(

@@ -209,6 +209,7 @@ class Ledger:
     parts['other'] = max(0.0, wall_s - sum(parts.values()))
     return {'started_at': self.started_at, 'wall_s': wall_s, 'parts': parts,
             'first_step': self.first_step, 'reached_step': self.reached_step,
+            'redone_steps': 0,  # until a restart charges them (charge_redone_steps)
             'step_marks': [list(m) for m in self._marks]}
 
 
