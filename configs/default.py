@@ -23,6 +23,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.depth = 0  # ViT: encoder blocks, at most 48 (ViT-G/14's); 0: the published depth (other models: 0 only)
   config.model.remat = 'none'  # rematerialisation: none, full, dots (models/remat.py)
   config.model.drop_path_rate = 0.0  # ResNet, ViT: stochastic depth of the last block, rising linearly from 0 at the first; training only
+  config.model.gelu = 'tanh'  # ViT: the MLP's GELU, tanh (its approximation, as big_vision and the AugReg checkpoints) or erf (exact, as timm and PyTorch)
   config.model.dropout_rate = 0.0  # ViT: dropout after the embeddings, attention output and MLP layers; training only
   config.model.bn_group_size = 0  # batch-norm statistics over groups of G examples (32 per worker in large-batch ImageNet); 0: the whole batch
   config.model.conv_form = 'auto'  # how convolutions compute (models/conv_forms.py): auto (by_shape on CPU, xla elsewhere), xla, patches, by_shape; same parameters and results
@@ -244,6 +245,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.init.from_workdir = ''  # another run's work dir: start from its parameters
   config.init.checkpoint_step = -1  # its checkpoint to use; -1: latest
   config.init.reset_head = False  # re-initialise the classifier (other classes)
+  config.init.from_weights = ''  # a published weights file: big_vision .npz ViT, timm .safetensors or .npz ViT or ResNet (docs/published-weights.md)
+  config.init.weights_format = 'auto'  # its layout: auto (from the file), big_vision or timm
 
   # --- Debugging (fault injection for tests; not for normal runs) -------------
   config.debug = ml_collections.ConfigDict()

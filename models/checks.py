@@ -13,6 +13,7 @@ from core.errors import UsageError
 from models import conv_forms
 from models import registry
 from models import remat
+from models import vit
 
 
 # The deepest published ViT: ViT-G/14 (Zhai et al. 2022, "Scaling Vision
@@ -38,6 +39,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise UsageError(f'model.drop_path_rate={model.drop_path_rate!r}: stochastic depth '
                      f'is for ResNet and ViT models; {model.name} has no residual '
                      f'blocks, use 0')
+  one_of('model.gelu', model.gelu, vit.GELUS)
+  if model.gelu != 'tanh' and not registry.is_vit(model.name):
+    raise UsageError(f'model.gelu={model.gelu!r}: only ViT models have a GELU to '
+                     f'choose; use tanh with {model.name}')
   if model.dropout_rate and not registry.is_vit(model.name):
     raise UsageError(f'model.dropout_rate={model.dropout_rate!r}: dropout is for ViT '
                      f'models; use 0 with {model.name}')

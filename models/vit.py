@@ -84,11 +84,17 @@ class SelfAttention(nn.Module):
                        ('heads', 'kv', 'embed'), 2, self.dtype, name='out')(y)
 
 
+# The MLP's GELU: its tanh approximation (flax's default, big_vision's and
+# the AugReg checkpoints'), or exact with erf (PyTorch's, so timm's).
+GELUS = ('tanh', 'erf')
+
+
 class MlpBlock(nn.Module):
   """Dense -> GELU -> dropout -> Dense -> dropout."""
   mlp_dim: int
   dtype: Any = jnp.float32
   dropout_rate: float = 0.0
+  gelu: str = 'tanh'
 
   @nn.compact
   def __call__(self, x, deterministic: bool = True):
@@ -99,7 +105,8 @@ class MlpBlock(nn.Module):
         self.mlp_dim, dtype=self.dtype, param_dtype=jnp.float32,
         kernel_init=_lp(nn.initializers.xavier_uniform(), ('embed', 'mlp')),
         bias_init=_lp(bias_init, ('mlp',)), name='fc1')(x)
-    x = nn.Dropout(self.dropout_rate)(nn.gelu(x), deterministic=deterministic)
+    x = nn.gelu(x, approximate=self.gelu == 'tanh')
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = nn.Dense(
         hidden, dtype=self.dtype, param_dtype=jnp.float32,
         kernel_init=_lp(nn.initializers.xavier_uniform(), ('mlp', 'embed')),
@@ -115,6 +122,7 @@ class EncoderBlock(nn.Module):
   dtype: Any = jnp.float32
   dropout_rate: float = 0.0
   drop_path: float = 0.0
+  gelu: str = 'tanh'
 
   @nn.compact
   def __call__(self, x, train: bool = False):
@@ -123,7 +131,7 @@ class EncoderBlock(nn.Module):
         _layer_norm(self.dtype, name='ln1')(x))
     y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
     x = x + drop_path_lib.DropPath(self.drop_path)(y, deterministic=deterministic)
-    y = MlpBlock(self.mlp_dim, self.dtype, self.dropout_rate, name='mlp')(
+    y = MlpBlock(self.mlp_dim, self.dtype, self.dropout_rate, self.gelu, name='mlp')(
         _layer_norm(self.dtype, name='ln2')(x), deterministic)
     y = drop_path_lib.DropPath(self.drop_path)(y, deterministic=deterministic)
     return nn.with_logical_constraint(x + y, _RESIDUAL_AXES)
@@ -147,6 +155,7 @@ class ViT(nn.Module):
       both MLP layers, in training.
     drop_path_rate: stochastic depth of the last block; block i of n drops
       each residual branch with drop_path_rate * i / (n - 1) in training.
+    gelu: the MLP's GELU, 'tanh' or 'erf' (GELUS).
   """
   num_classes: int
   patch_size: int = 16
@@ -160,6 +169,7 @@ class ViT(nn.Module):
   conv_form: str = 'xla'  # the patch embedding's (models/conv_forms.py)
   dropout_rate: float = 0.0
   drop_path_rate: float = 0.0
+  gelu: str = 'tanh'
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -194,7 +204,7 @@ class ViT(nn.Module):
     rates = drop_path_lib.linear_rates(self.drop_path_rate, self.depth)
     for i in range(self.depth):
       x = block_cls(self.num_heads, self.mlp_dim, self.dtype, self.dropout_rate,
-                    rates[i], name=f'encoderblock_{i}')(x, train)
+                    rates[i], self.gelu, name=f'encoderblock_{i}')(x, train)
     x = _layer_norm(self.dtype, name='encoder_norm')(x)
 
     # The head reads the class token in float32; zero-init (big_vision) makes

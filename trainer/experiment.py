@@ -85,6 +85,8 @@ def create_model(config, num_classes: int) -> nn.Module:
   # (validation refuses them for the others).
   regularisation = {key: config.model[key] for key in ('drop_path_rate', 'dropout_rate')
                     if config.model[key]}
+  if config.model.gelu != 'tanh':  # ViT only (validation refuses it for the others)
+    regularisation['gelu'] = config.model.gelu
   return registry.create_model(
       config.model.name, num_classes=num_classes, dtype=config.model.dtype,
       width=config.model.width, depth=config.model.depth, remat=config.model.remat,

@@ -11,6 +11,8 @@ one line that names the key.
 import math
 
 from configs.values import EVAL_WEIGHTS, at_least, one_of
+# init.weights_format: trainer/init_weights.py's layouts, and auto.
+WEIGHT_FORMATS = ('auto', 'big_vision', 'timm')
 from core.errors import UsageError
 
 
@@ -19,6 +21,11 @@ def check_start(config) -> None:
   init.from_workdir exists is checked when it is read: only a run without a
   checkpoint of its own reads it (trainer/init_from.py)."""
   at_least('init.checkpoint_step', config.init.checkpoint_step, -1)
+  one_of('init.weights_format', config.init.weights_format, WEIGHT_FORMATS)
+  if config.init.from_weights and config.init.from_workdir:
+    raise UsageError(f'init.from_weights={config.init.from_weights} and '
+                     f'init.from_workdir={config.init.from_workdir}: a run starts '
+                     'from one of them; clear the other')
 
 
 def check_cadences(config) -> None:

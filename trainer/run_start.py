@@ -11,6 +11,7 @@ from coordination import agreement as agreement_lib
 from trainer import checkpointing
 from trainer import experiment
 from trainer import init_from
+from trainer import init_weights
 from trainer import optim
 from trainer import state as state_lib
 
@@ -23,6 +24,8 @@ class Start:
   # (steps per epoch, total steps) of the saved config, for checkpoints whose
   # metadata predates recording them; None: no saved config.
   saved_length: tuple[int, int] | None
+  # init.from_weights's arrays for a fresh state, by parameter path; None: none.
+  weights: dict | None = None
 
 
 def choose_start(exp: experiment.Experiment, workdir: str) -> Start:
@@ -34,6 +37,9 @@ def choose_start(exp: experiment.Experiment, workdir: str) -> Start:
   # source is neither read nor needed (it may be gone).
   init_step = (init_from.check(exp.abstract_state, config.init)
                if config.init.from_workdir and resume_step is None else None)
+  # Read and checked whole before anything is compiled or written.
+  weights = (init_weights.load(exp.abstract_state, config)
+             if config.init.from_weights and resume_step is None else None)
   agreement_lib.check_same_run(
       config, num_train_examples=exp.dataset.num_train_examples,
       num_eval_examples=exp.dataset.num_eval_examples, total_steps=exp.total_steps,
@@ -41,7 +47,7 @@ def choose_start(exp: experiment.Experiment, workdir: str) -> Start:
   saved = schema.load_saved(workdir)  # before this run's replaces it
   saved_length = (experiment.training_length(saved, exp.dataset.num_train_examples)
                   if saved is not None else None)
-  return Start(resume_step, init_step, saved_length)
+  return Start(resume_step, init_step, saved_length, weights)
 
 
 def initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Checkpointer,
@@ -65,6 +71,9 @@ def initial_state(exp: experiment.Experiment, checkpointer: checkpointing.Checkp
                                        exp.state_shardings, exp.config.seed)
   if start.init_step is not None:
     state = init_from.initialize_from(state, exp.config.init, start.init_step)
+  if start.weights is not None:
+    state = init_weights.initialize_from(state, start.weights)
+    start.weights.clear()  # the host's copy, no longer needed
   logging.info('Initialised %s: %s parameters', exp.config.model.name,
                f'{state_lib.count_params(state.params):,}')
   return state, None
