@@ -46,6 +46,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   mode_checks.check_checkpoint_choice(config)
   loop_checks.check_evaluation(config)
   mode_checks.check_predict(config)
+  mode_checks.check_export(config)
   runtime.check_config(config)
   wandb_tracker.check_config(config)  # metrics.*
 

@@ -201,7 +201,8 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Exporting a model (--mode=export, docs/export.md) ----------------------
   config.export = ml_collections.ConfigDict()
-  config.export.dir = ''  # the TensorFlow SavedModel's directory (must not exist) for eval.checkpoint's weights (eval.weights); '': WORKDIR/export/step_N (step_N_ema for the moving average)
+  config.export.format = 'saved_model'  # saved_model: a TensorFlow SavedModel; big_vision (ViT): the weights as an AugReg .npz; timm (ViT, ResNet): as timm's model.safetensors (docs/published-weights.md)
+  config.export.dir = ''  # the export's directory (must not exist) for eval.checkpoint's weights (eval.weights); '': WORKDIR/export/step_N (step_N_ema for the moving average; _big_vision or _timm after it for those formats)
 
   # --- Runtime ---------------------------------------------------------------
   config.runtime = ml_collections.ConfigDict()

@@ -1,4 +1,5 @@
-"""Checks of the keys the modes read: bench.*, eval.checkpoint, predict.top_k.
+"""Checks of the keys the modes read: bench.*, eval.checkpoint, predict.top_k,
+export.format.
 
 The modes' own modules start a JAX backend when imported, and these checks
 run before the runtime starts (cli/validation.py). UsageError with one line
@@ -7,6 +8,13 @@ that names the key.
 
 from configs.values import BENCH_DATA, at_least, eval_checkpoint, one_of
 from core.errors import UsageError
+from models import registry
+
+# What --mode=export writes: a TensorFlow SavedModel, or the weights in a
+# published layout (models/published/), for the models that layout has.
+EXPORT_FORMATS = {'saved_model': None, 'big_vision': ('ViT', registry.is_vit),
+                  'timm': ('ViT and ResNet', lambda name: registry.is_vit(name) or
+                           name.startswith('resnet'))}
 
 
 def check_bench(config) -> None:
@@ -23,6 +31,15 @@ def check_bench(config) -> None:
 def check_checkpoint_choice(config) -> None:
   """eval.checkpoint: latest, best or a step (--mode=eval, predict, export)."""
   eval_checkpoint(config.eval.checkpoint)
+
+
+def check_export(config) -> None:
+  """export.format: one of EXPORT_FORMATS, and a layout this model has."""
+  one_of('export.format', config.export.format, tuple(EXPORT_FORMATS))
+  layout = EXPORT_FORMATS[config.export.format]
+  if layout is not None and not layout[1](config.model.name):
+    raise UsageError(f'export.format={config.export.format}: its layout holds '
+                     f'{layout[0]} models, not model.name={config.model.name}')
 
 
 def check_predict(config) -> None:

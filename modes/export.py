@@ -1,4 +1,5 @@
-"""--mode=export: a work dir's checkpoint as a TensorFlow SavedModel.
+"""--mode=export: a work dir's checkpoint as a TensorFlow SavedModel, or its
+weights in a published layout (export.format).
 
 The checkpoint is chosen as --mode=eval and --mode=predict choose it
 (eval.checkpoint: latest, best or a step; eval.weights: raw or the moving
@@ -14,6 +15,12 @@ The export takes uint8 RGB images [N, S, S, 3] already in the evaluation view
 [N, classes]. The normalisation by mean and std is inside, so a client only
 decodes and resizes; the view itself is described in export.json next to the
 SavedModel, because a decoder and resizer belong to the client's own stack.
+
+export.format=big_vision writes the weights as the AugReg ViTs' `.npz`
+(`weights.npz`), export.format=timm as timm's `model.safetensors`
+(models/published/); other tools load them as they load the published
+ones, and init.from_weights reads them back bit for bit
+(docs/published-weights.md).
 
 The directory is written under a temporary name beside its destination and
 renamed when complete; an existing destination is refused, never replaced.
@@ -32,16 +39,22 @@ import numpy as np
 from configs import values
 from core.errors import UsageError
 from modes import eval as eval_mode
+from models.published import big_vision
+from models.published import timm
 from modes import predict
 from trainer import checkpointing
 from trainer import experiment
 from trainer import step_functions
+from trainer import tree_paths
 
 SIGNATURE = 'serving_default'
 INPUT_NAME = 'images'
 OUTPUT_NAME = 'logits'
 METADATA_FILE_NAME = 'export.json'
 EXPORT_SUBDIR = 'export'
+# export.format -> (the file in the export directory, the layout's writer).
+WEIGHT_FILES = {'big_vision': ('weights.npz', big_vision.from_ours),
+                'timm': ('model.safetensors', timm.from_ours)}
 # XLA's CPU backend: the op runs wherever TensorFlow runs on a CPU, with no
 # accelerator needed on the serving side.
 PLATFORMS = ('cpu',)
@@ -52,7 +65,8 @@ def destination(config, workdir: str, step: int) -> str:
   for the moving average), checked not to exist."""
   path = config.export.dir or os.path.join(
       workdir, EXPORT_SUBDIR,
-      f'step_{step}' + ('_ema' if config.eval.weights == 'ema' else ''))
+      f'step_{step}' + ('_ema' if config.eval.weights == 'ema' else '') +
+      ('' if config.export.format == 'saved_model' else f'_{config.export.format}'))
   if '://' in path:
     raise UsageError(f'export.dir={path}: a local directory is expected '
                      '(copy the export to remote storage afterwards)')
@@ -116,10 +130,24 @@ def write_saved_model(path: str, model, variables: dict, image_size: int) -> Non
   tf.saved_model.save(module, path, signatures={SIGNATURE: serve})
 
 
-def preprocessing(data) -> dict:
+def write_weights(path: str, export_format: str, variables: dict) -> str:
+  """The variables in export_format's published layout, as its file in
+  directory `path`; returns the file's name."""
+  name, from_ours = WEIGHT_FILES[export_format]
+  tensors = from_ours(tree_paths.leaves_by_path(variables))
+  if export_format == 'timm':
+    from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
+    safetensors_numpy.save_file(tensors, os.path.join(path, name))
+  else:
+    np.savez(os.path.join(path, name), **tensors)
+  return name
+
+
+def preprocessing(data, inside: bool = True) -> dict:
   """How an image becomes the export's input: the evaluation view of
   data.source (input_pipeline/single_images.py: eval_view) and the
-  normalisation the export applies itself."""
+  normalisation, which a SavedModel applies itself (`inside`) and weights
+  in a published layout expect done."""
   if data.source == 'tfds':
     view = {'view': 'center_crop', 'crop_fraction': data.eval_crop_fraction,
             'resize': ('the centred square of side crop_fraction * shorter side, '
@@ -131,7 +159,8 @@ def preprocessing(data) -> dict:
   return {
       'image_size': data.image_size, 'keeps_aspect_ratio': False, **view,
       'channels': 'RGB', 'dtype': 'uint8',
-      'normalization': 'inside the export: (image - mean_rgb) / std_rgb on 0-255 values',
+      'normalization': ('inside the export: ' if inside else 'before the model: ') +
+                       '(image - mean_rgb) / std_rgb on 0-255 values',
       'mean_rgb': [round(float(v), 4) for v in step_functions.RGB_MEAN],
       'std_rgb': [round(float(v), 4) for v in step_functions.RGB_STD],
   }
@@ -142,6 +171,14 @@ def metadata(config, *, num_classes: int, names: list[str] | None,
   """export.json: what the SavedModel takes and returns, and where it came from."""
   from input_pipeline.tf_setup import tf  # pylint: disable=g-import-not-at-top
   size = config.data.image_size
+  if config.export.format != 'saved_model':
+    return {'format': config.export.format, 'file': WEIGHT_FILES[config.export.format][0],
+            'num_classes': num_classes, 'class_names': names,
+            'model': {'name': config.model.name, 'width': config.model.width,
+                      'depth': config.model.depth, 'gelu': config.model.gelu},
+            'preprocessing': preprocessing(config.data, inside=False),
+            'checkpoint': {'directory': directory, 'step': step,
+                           'weights': config.eval.weights}}
   return {
       'format': 'tf_saved_model',
       'signature': SIGNATURE,
@@ -160,8 +197,9 @@ def metadata(config, *, num_classes: int, names: list[str] | None,
 
 
 def run_export(config, workdir: str) -> dict:
-  """Writes the chosen checkpoint as a SavedModel with its export.json;
-  returns {'export_dir', 'step', 'weights'}."""
+  """Writes the chosen checkpoint as a SavedModel (or its weights in
+  export.format's layout) with its export.json; returns {'export_dir',
+  'step', 'weights'}."""
   if jax.process_count() > 1:
     raise UsageError('--mode=export runs as one process; start it without '
                      'launch.py or srun')
@@ -185,8 +223,11 @@ def run_export(config, workdir: str) -> dict:
   except OSError as e:
     raise UsageError(f'export.dir={path}: cannot write there ({e.strerror})') from None
   try:
-    write_saved_model(temporary, inference_model(config, num_classes), variables,
-                      config.data.image_size)
+    if config.export.format == 'saved_model':
+      write_saved_model(temporary, inference_model(config, num_classes), variables,
+                        config.data.image_size)
+    else:
+      write_weights(temporary, config.export.format, variables)
     info = metadata(config, num_classes=num_classes, names=names,
                     directory=directory, step=step)
     with open(os.path.join(temporary, METADATA_FILE_NAME), 'w', encoding='utf-8') as f:

@@ -271,3 +271,39 @@ def test_the_documented_serving_block_classifies_an_image_as_evaluation_views_it
   expected = trainer_side.eval_logits('raw', view[None])[0]
   np.testing.assert_allclose(namespace['logits'], expected, atol=ATOL, rtol=0)
   assert capsys.readouterr().out.strip() == CLASS_NAMES[int(np.argmax(expected))]
+
+
+def test_a_timm_export_reads_back_bit_for_bit_and_says_what_it_is(trained, trainer_side,
+                                                                  tmp_path):
+  from trainer import init_weights  # pylint: disable=g-import-not-at-top
+  config = schema.load_saved(trained)
+  config.export.format, config.export.dir = 'timm', str(tmp_path / 'timm')
+  summary = export.run_export(config, trained)
+  assert summary == {'export_dir': str(tmp_path / 'timm'), 'step': STEPS, 'weights': 'raw'}
+  assert sorted(os.listdir(tmp_path / 'timm')) == ['export.json', 'model.safetensors']
+  with open(tmp_path / 'timm' / 'export.json') as f:
+    info = json.load(f)
+  assert (info['format'], info['file'], info['num_classes']) == (
+      'timm', 'model.safetensors', NUM_CLASSES)
+  assert info['preprocessing']['normalization'].startswith('before the model')
+  config.init.from_weights = str(tmp_path / 'timm' / 'model.safetensors')
+  exp = experiment.build_without_data(config, NUM_CLASSES)
+  read = init_weights.load(exp.abstract_state, config)
+  state = trainer_side.states['raw']
+  saved = tree_paths.leaves_by_path({'params': state.params, 'batch_stats': state.batch_stats})
+  assert set(read) == set(saved)
+  for path, array in read.items():
+    assert np.array_equal(array, np.asarray(saved[path])), path
+
+
+def test_a_layout_without_this_model_is_refused_before_the_export():
+  from configs import default  # pylint: disable=g-import-not-at-top
+  from modes import checks  # pylint: disable=g-import-not-at-top
+  config = default.get_config()  # resnet18
+  config.export.format = 'big_vision'
+  with pytest.raises(UsageError, match='export.format=big_vision: its layout holds ViT '
+                     'models, not model.name=resnet18'):
+    checks.check_export(config)
+  config.model.name, config.export.format = 'vgg16', 'timm'
+  with pytest.raises(UsageError, match='holds ViT and ResNet models, not model.name=vgg16'):
+    checks.check_export(config)

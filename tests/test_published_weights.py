@@ -19,6 +19,7 @@ from models.published import big_vision
 from models.published import timm
 from tests import published_layouts as layouts
 from trainer import init_weights
+from trainer import tree_paths
 
 # A tiny ViT-Ti/16: 64 wide (1 head: width // 64), 2 blocks, at 32 px (2 x 2 patches).
 _VIT = dict(patch=16, width=64, mlp=256, depth=2, classes=5)
@@ -316,3 +317,37 @@ def test_gelu_is_a_vit_key_with_two_values():
   config.model.name, config.model.gelu = 'vit_ti16', 'exact'
   with pytest.raises(UsageError, match='model.gelu'):
     checks.check_config(config)
+
+
+@pytest.mark.parametrize('name, layout', [('vit_ti16', big_vision), ('vit_ti16', timm),
+                                          ('resnet50', timm)])
+def test_our_parameters_written_out_read_back_bit_for_bit(name, layout):
+  config = _config('-', name, width=64 if name.startswith('vit') else 8)
+  _, state = _fresh_state(config, 5)
+  rng = np.random.default_rng(0)
+  ours = {p: rng.normal(0, 1, a.shape).astype(np.float32) for p, a in
+          tree_paths.leaves_by_path({'params': state.params,
+                                     'batch_stats': state.batch_stats}).items()}
+  theirs = layout.from_ours(ours)
+  extra = {'num_heads': 1} if layout is timm and name.startswith('vit') else {}
+  back = layout.to_ours(list(theirs), theirs.__getitem__, **extra)
+  assert set(back.assigned) == set(ours)
+  for path, (_, array) in back.assigned.items():
+    assert array.dtype == np.float32 and np.array_equal(array, ours[path]), path
+  # What was written is the format's own model: its forward pass gives ours.
+  config.model.gelu = 'erf' if layout is timm else 'tanh'
+  model = _model(config, 5)
+  variables = tree_paths.tree_from_paths(
+      {p: a * (0.2 if p.startswith('params/') else 1) for p, a in ours.items()})
+  if 'batch_stats' in variables:  # positive running variances
+    variables['batch_stats'] = jax.tree.map(lambda v: np.abs(v) + 0.5,
+                                            variables['batch_stats'])
+  flat = tree_paths.leaves_by_path(variables)
+  logits = np.asarray(model.apply(variables, _images(32), train=False))
+  if layout is big_vision:
+    expected = layouts.augreg_vit_logits(big_vision.from_ours(flat), _images(32))
+  elif name.startswith('vit'):
+    expected = layouts.timm_vit_logits(timm.from_ours(flat), _images(32), heads=1)
+  else:
+    expected = layouts.timm_resnet_logits(timm.from_ours(flat), _images(32))
+  np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)

@@ -136,3 +136,87 @@ def _resnet_module(module: str) -> str | None:
     index = int(m[3][-1]) - 1
     inside = f'Conv_{index}' if m[3].startswith('conv') else f'BatchNorm_{index}'
   return f'{block}/{inside}'
+
+
+def from_ours(arrays: dict) -> dict:
+  """Our ViT's or ResNet's flat parameters and batch statistics
+  ('params/...', 'batch_stats/...' -> array) as timm's state dict, with
+  `num_batches_tracked` (0) for each batch norm, as PyTorch's strict
+  loading expects."""
+  if 'params/cls' in arrays:
+    return _vit_from_ours(arrays)
+  return _resnet_from_ours(arrays)
+
+
+def _vit_from_ours(arrays: dict) -> dict:
+  inverse_top = {ours: (name, change) for name, (ours, change) in _VIT_TOP.items()}
+  inverse_block = {ours: (name, change) for name, (ours, change) in _VIT_BLOCK.items()}
+  out = {}
+  for path, array in arrays.items():
+    short = path.removeprefix('params/')
+    if short in inverse_top:
+      name, change = inverse_top[short]
+      out[name] = _to_torch(array, change)
+      continue
+    m = re.fullmatch(r'encoderblock_(\d+)/(.+)', short)
+    block, inside = f'blocks.{m[1]}.', m[2]
+    if inside in inverse_block:
+      name, change = inverse_block[inside]
+      out[block + name] = _to_torch(array, change)
+    elif inside == 'attention/out/kernel':  # [H, D/H, D] -> [D, H * D/H]
+      out[block + 'attn.proj.weight'] = np.ascontiguousarray(
+          np.asarray(array).reshape(-1, array.shape[-1]).T)
+    elif inside == 'attention/out/bias':
+      out[block + 'attn.proj.bias'] = np.asarray(array)
+  for block in sorted({p.split('/')[1] for p in arrays if '/encoderblock_' in p}):
+    prefix, i = f'params/{block}/attention/', block.rsplit('_', 1)[1]
+    kernels = [np.asarray(arrays[f'{prefix}{n}/kernel']) for n in ('query', 'key', 'value')]
+    biases = [np.asarray(arrays[f'{prefix}{n}/bias']) for n in ('query', 'key', 'value')]
+    out[f'blocks.{i}.attn.qkv.weight'] = np.ascontiguousarray(np.concatenate(
+        [k.reshape(k.shape[0], -1).T for k in kernels]))  # [D, H, D/H] -> [D out, D in]
+    out[f'blocks.{i}.attn.qkv.bias'] = np.concatenate([b.reshape(-1) for b in biases])
+  return out
+
+
+def _to_torch(array, change) -> np.ndarray:
+  array = np.asarray(array)
+  if change is _linear:
+    return np.ascontiguousarray(array.T)
+  if change is _conv:
+    return np.ascontiguousarray(array.transpose(3, 2, 0, 1))
+  return array
+
+
+def _resnet_from_ours(arrays: dict) -> dict:
+  ours_to_timm = {}
+  for name in _resnet_module_names(arrays):
+    ours_to_timm[_resnet_module(name)] = name
+  out = {}
+  inverse_bn = {v: k for k, v in _BN.items()}
+  for path, array in arrays.items():
+    collection, rest = path.split('/', 1)
+    module, leaf = rest.rsplit('/', 1)
+    name = ours_to_timm[module]
+    if leaf == 'kernel':
+      out[f'{name}.weight'] = _to_torch(array, _linear if module == 'head' else _conv)
+    elif module == 'head':
+      out[f'{name}.bias'] = np.asarray(array)
+    else:
+      out[f'{name}.{inverse_bn[(collection, leaf)]}'] = np.asarray(array)
+      out[f'{name}.num_batches_tracked'] = np.array(0, np.int64)
+  return out
+
+
+def _resnet_module_names(arrays: dict) -> list[str]:
+  """timm's module names for the ResNet whose parameters `arrays` holds."""
+  names = ['conv1', 'bn1', 'fc']
+  for path in arrays:
+    m = re.match(r'params/stage(\d)_block(\d+)/(Conv_\d|BatchNorm_\d|proj_conv|proj_bn)/', path)
+    if m:
+      inside = {'proj_conv': 'downsample.0', 'proj_bn': 'downsample.1'}.get(m[3])
+      if inside is None:
+        kind, index = m[3].split('_')
+        inside = f'{"conv" if kind == "Conv" else "bn"}{int(index) + 1}'
+      names.append(f'layer{m[1]}.{int(m[2]) - 1}.{inside}')
+  return sorted(set(names))
+
