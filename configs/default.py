@@ -246,8 +246,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.init.from_workdir = ''  # another run's work dir: start from its parameters
   config.init.checkpoint_step = -1  # its checkpoint to use; -1: latest
   config.init.reset_head = False  # re-initialise the classifier (other classes)
-  config.init.from_weights = ''  # a published weights file: big_vision .npz ViT, timm .safetensors or .npz ViT or ResNet (docs/published-weights.md)
-  config.init.weights_format = 'auto'  # its layout: auto (from the file), big_vision or timm
+  config.init.from_weights = ''  # a published weights file: big_vision .npz ViT, timm .safetensors or .npz ViT or ResNet, Keras .h5 VGG (docs/published-weights.md)
+  config.init.weights_format = 'auto'  # its layout: auto (from the file), big_vision, timm or keras
 
   # --- Debugging (fault injection for tests; not for normal runs) -------------
   config.debug = ml_collections.ConfigDict()

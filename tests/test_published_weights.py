@@ -16,6 +16,7 @@ from configs import default
 from core.errors import UsageError
 from models import registry
 from models.published import big_vision
+from models.published import keras
 from models.published import timm
 from tests import published_layouts as layouts
 from trainer import init_weights
@@ -120,7 +121,7 @@ def _published(layout_tensors, model_name, classes=1000, image_size=224):
   abstract = jax.eval_shape(lambda: flax.linen.unbox(model.init(
       jax.random.key(0), np.zeros((1, image_size, image_size, 3), np.float32), train=False)))
   state = _State(abstract['params'], abstract.get('batch_stats', {}))
-  layout = big_vision if big_vision.recognises(shapes) else timm
+  layout = next(l for l in (big_vision, timm, keras) if l.recognises(shapes))
   extra = ({'num_heads': 12} if layout is timm and registry.is_vit(model_name) else {})
   converted = layout.to_ours(list(shapes), read, **extra)
   ours = {'params/' + '/'.join(k): v for k, v in flax.traverse_util.flatten_dict(
@@ -216,10 +217,12 @@ def _resnet_file(tmp_path):
 @pytest.mark.parametrize('make, name, message', [
     (_truncated, 'vit_ti16', r'cannot be read \('),
     (lambda d: d / 'none.npz', 'vit_ti16', 'no such file'),
-    (lambda d: _written(d / 'vgg16.weights.h5', b'HDF'), 'vit_ti16', 'is neither a .npz'),
+    (lambda d: _written(d / 'vgg16.bin', b'HDF'), 'vit_ti16', 'is neither a .npz'),
+    (lambda d: _written(d / 'vgg16.weights.h5', b'HDF'), 'vgg16', r'cannot be read \('),
     (_resnet_file, 'vit_ti16', 'the file holds a ResNet, but model.name=vit_ti16'),
     (_vit_file, 'resnet18', 'the file holds a ViT, but model.name=resnet18'),
-    (_vit_file, 'vgg16', 'model.name=vgg16 has no published layout here'),
+    (_vit_file, 'vgg16', 'the file holds a ViT, but model.name=vgg16'),
+    (_vit_file, 'alexnet', 'model.name=alexnet has no published layout here'),
     (lambda d: _vit_file(d, lambda t: t.pop('cls')), 'vit_ti16',
      'the file has nothing for our params/cls'),
     (lambda d: _vit_file(d, lambda t: t.update(
@@ -244,8 +247,8 @@ def _resnet_file(tmp_path):
 def test_a_file_that_does_not_fit_is_one_line_naming_it(tmp_path, make, name, message):
   path = make(tmp_path)
   config = _config(path, name, width=8 if name.startswith(('resnet', 'vgg')) else 64)
-  if name == 'vgg16':
-    state = _State({}, {})
+  if name in ('vgg16', 'alexnet'):
+    state = _State({}, {})  # refused before the model's parameters are looked at
   else:
     _, state = _fresh_state(config, 5)
   with pytest.raises(UsageError, match=message) as raised:
@@ -268,7 +271,7 @@ def test_weights_and_a_work_dir_together_are_refused():
   config.init.from_weights, config.init.from_workdir = 'w.npz', 'runs/a'
   with pytest.raises(UsageError, match='a run starts from one of them'):
     loop_checks.check_start(config)
-  config.init.from_workdir, config.init.weights_format = '', 'keras'
+  config.init.from_workdir, config.init.weights_format = '', 'onnx'
   with pytest.raises(UsageError, match='init.weights_format'):
     loop_checks.check_start(config)
 
@@ -351,3 +354,55 @@ def test_our_parameters_written_out_read_back_bit_for_bit(name, layout):
   else:
     expected = layouts.timm_resnet_logits(timm.from_ours(flat), _images(32))
   np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+
+
+def _keras_vgg16(width: int, classes: int):
+  """keras.applications.VGG16's layers and names, `width` channels first
+  (64 published), hidden FC layers of width * 64; logits out."""
+  import keras  # pylint: disable=g-import-not-at-top
+  if width == 64:
+    return keras.applications.VGG16(weights=None, classes=classes,
+                                    classifier_activation=None)
+  x = inputs = keras.Input((224, 224, 3))
+  for stage, convs in enumerate((2, 2, 3, 3, 3), start=1):
+    for i in range(1, convs + 1):
+      x = keras.layers.Conv2D(min(width * 2 ** (stage - 1), width * 8), 3, padding='same',
+                              activation='relu', name=f'block{stage}_conv{i}')(x)
+    x = keras.layers.MaxPooling2D(2, name=f'block{stage}_pool')(x)
+  x = keras.layers.Flatten(name='flatten')(x)
+  x = keras.layers.Dense(width * 64, activation='relu', name='fc1')(x)
+  x = keras.layers.Dense(width * 64, activation='relu', name='fc2')(x)
+  return keras.Model(inputs, keras.layers.Dense(classes, name='predictions')(x))
+
+
+@pytest.mark.parametrize('file_layout', ['Keras 2 .h5', 'Keras 3 .weights.h5'])
+def test_a_keras_vgg16_gives_keras_logits(tmp_path, file_layout):
+  """A narrow VGG16 in keras.applications' layers and names, saved as the
+  published .h5 files are (Keras 2's layout) or by Keras 3: Keras computes
+  the reference logits."""
+  import h5py  # pylint: disable=g-import-not-at-top
+  from keras.src.legacy.saving import legacy_h5_format  # pylint: disable=g-import-not-at-top
+  model = _keras_vgg16(4, 5)
+  if file_layout == 'Keras 2 .h5':
+    path = tmp_path / 'vgg16_weights_tf_dim_ordering_tf_kernels.h5'
+    with h5py.File(path, 'w') as f:
+      legacy_h5_format.save_weights_to_hdf5_group(f, model)
+  else:
+    path = tmp_path / 'vgg16.weights.h5'
+    model.save_weights(str(path))
+  images = np.random.default_rng(2).normal(0, 1, (1, 224, 224, 3)).astype(np.float32)
+  expected = np.asarray(model(images))
+  ours = _imported_logits(_config(path, 'vgg16', image_size=224, width=4), 5, images)
+  np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_keras_vgg16_at_its_published_size_fills_every_parameter():
+  """keras.applications.VGG16's own weights' names and shapes (138.4 M
+  parameters), mapped without a file."""
+  model = _keras_vgg16(64, 1000)
+  tensors = {}
+  for layer in model.layers:
+    for leaf, weight in zip(('kernel', 'bias'), layer.weights):
+      tensors[f'{layer.name}/{leaf}'] = np.broadcast_to(np.float32(0), weight.shape)
+  assert sum(a.size for a in tensors.values()) == model.count_params() == 138_357_544
+  assert _published(tensors, 'vgg16')[1] == 138_357_544

@@ -1,5 +1,6 @@
 """Starting a run from published weights (init.from_weights): a big_vision /
-AugReg `.npz` ViT, or a timm `.safetensors` (or `.npz`) ViT or ResNet.
+AugReg `.npz` ViT, a timm `.safetensors` (or `.npz`) ViT or ResNet, or a
+Keras applications `.h5` VGG-16 or VGG-19.
 
 The file's layout (init.weights_format, 'auto': from its extension and its
 tensor names) turns its tensors into this model's parameters
@@ -28,11 +29,13 @@ from core.errors import UsageError
 from models import registry
 from models.published import big_vision
 from models.published import common
+from models.published import keras
 from models.published import timm
 from trainer import optim
 from trainer import tree_paths
 
-_LAYOUTS = {'big_vision': big_vision, 'timm': timm}
+_LAYOUTS = {'big_vision': big_vision, 'timm': timm, 'keras': keras}
+_KIND_NAMES = {'vit': 'ViT', 'resnet': 'ResNet', 'vgg': 'VGG'}
 _HEAD = 'params/head/'
 _POSITIONS = 'params/pos_embedding'
 
@@ -54,11 +57,14 @@ def _open(config):
     if path.endswith('.npz'):
       handle = np.load(path, allow_pickle=False)
       return list(handle.files), lambda name: handle[name]
+    if path.endswith('.h5'):  # Keras's, read whole (VGG's 528 MB at most)
+      tensors = keras.read_h5(path)
+      return list(tensors), tensors.__getitem__
   except Exception as e:  # pylint: disable=broad-except
     # zipfile, numpy and safetensors each raise their own on a bad file.
     raise _fail(config, f'cannot be read ({_first_line(e)})') from None
-  raise _fail(config, 'is neither a .npz (big_vision or timm) nor a .safetensors '
-              '(timm) file')
+  raise _fail(config, 'is neither a .npz (big_vision or timm), a .safetensors '
+              '(timm) nor a .h5 (Keras) file')
 
 
 def _first_line(error: Exception) -> str:
@@ -69,17 +75,17 @@ def _first_line(error: Exception) -> str:
 def _layout(config, names):
   if config.init.weights_format != 'auto':
     return _LAYOUTS[config.init.weights_format]
-  for layout in (big_vision, timm):
+  for layout in (big_vision, timm, keras):
     if layout.recognises(names):
       return layout
   raise _fail(config, f'its tensors ({", ".join(sorted(names)[:3])}, ...) are in '
-              'neither the big_vision nor the timm layout')
+              'none of the big_vision, timm and Keras layouts')
 
 
 def _kind(model_name: str) -> str | None:
   if registry.is_vit(model_name):
     return 'vit'
-  return 'resnet' if model_name.startswith('resnet') else None
+  return next((kind for kind in ('resnet', 'vgg') if model_name.startswith(kind)), None)
 
 
 def load(abstract_state, config) -> dict:
@@ -90,13 +96,12 @@ def load(abstract_state, config) -> dict:
   layout = _layout(config, names)
   kind, model = _kind(config.model.name), config.model.name
   if kind is None:
-    raise _fail(config, f'model.name={model} has no published layout here (ViT and '
-                'ResNet models do)')
+    raise _fail(config, f'model.name={model} has no published layout here (ViT, '
+                'ResNet and VGG models do)')
   try:
     holds = layout.holds(names)
     if holds != kind:
-      raise common.LayoutError(f'the file holds a {"ViT" if holds == "vit" else "ResNet"}, '
-                               f'but model.name={model}')
+      raise common.LayoutError(f'the file holds a {_KIND_NAMES[holds]}, but model.name={model}')
     ours = tree_paths.leaves_by_path({'params': abstract_state.params,
                                       'batch_stats': abstract_state.batch_stats})
     extra = {'num_heads': ours['params/encoderblock_0/attention/query/kernel'].shape[1]

@@ -12,7 +12,7 @@ import math
 
 from configs.values import EVAL_WEIGHTS, at_least, one_of
 # init.weights_format: trainer/init_weights.py's layouts, and auto.
-WEIGHT_FORMATS = ('auto', 'big_vision', 'timm')
+WEIGHT_FORMATS = ('auto', 'big_vision', 'timm', 'keras')
 from core.errors import UsageError
 
 
