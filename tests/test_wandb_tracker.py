@@ -109,3 +109,12 @@ def test_a_project_without_the_package_is_one_line_saying_how_to_install(monkeyp
 def test_an_unknown_mode_is_one_line():
   with pytest.raises(UsageError, match="metrics.wandb_mode='cloud' must be one of online, offline"):
     wandb_tracker.check_config(_config(mode='cloud'))
+
+
+def test_online_without_a_login_is_one_line_naming_the_remedies(tmp_path, monkeypatch):
+  monkeypatch.setenv('HOME', str(tmp_path))  # no ~/.netrc, no W&B settings
+  for name in ('WANDB_API_KEY', 'WANDB_MODE', 'WANDB_DIR'):
+    monkeypatch.delenv(name, raising=False)
+  with pytest.raises(UsageError, match=r"^metrics.wandb_project='tests': W&B did not start "
+                     r'\(.*\); run `wandb login`, or set metrics.wandb_mode=offline$'):
+    wandb_tracker.start(_config(mode='online'), str(tmp_path))
