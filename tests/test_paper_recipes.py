@@ -12,7 +12,8 @@ import pytest
 
 from cli import describe
 from cli import validation
-from configs import imagenet_resnet50, imagenet_resnet50_lars, imagenet_vit_b16, paper
+from configs import finetune_vit_b16, imagenet_resnet50, imagenet_resnet50_lars
+from configs import imagenet_vit_b16, paper
 from configs.schema import dotted_items
 from core.errors import UsageError
 from models import registry
@@ -25,13 +26,16 @@ from trainer.engines import spmd
 
 RECIPES = {'goyal': imagenet_resnet50, 'mlperf_lars': imagenet_resnet50_lars,
            'deit_b': imagenet_vit_b16}
+# Recipes that start from published weights: their tables and schedules are
+# checked here; their steps are those of the recipes above (SGD, cosine).
+FINE_TUNING = {'vit_jax_ft': finetune_vit_b16}
 IMAGENET_TRAIN = 1_281_167
 DEVICES = 8
 
 
-@pytest.mark.parametrize('name', list(RECIPES))
+@pytest.mark.parametrize('name', list(RECIPES) + list(FINE_TUNING))
 def test_the_recipe_sets_every_value_of_its_papers_table(name):
-  recipe = RECIPES[name]
+  recipe = {**RECIPES, **FINE_TUNING}[name]
   config = recipe.get_config()
   validation.check_config(config)
   values = dotted_items(config)
@@ -39,9 +43,9 @@ def test_the_recipe_sets_every_value_of_its_papers_table(name):
     assert values[key] == value, (key, values[key], value)
 
 
-@pytest.mark.parametrize('name', list(RECIPES))
+@pytest.mark.parametrize('name', list(RECIPES) + list(FINE_TUNING))
 def test_the_docstring_states_the_table_and_the_list_shows_the_recipe(name):
-  recipe = RECIPES[name]
+  recipe = {**RECIPES, **FINE_TUNING}[name]
   assert recipe.__doc__.endswith(paper.describe(recipe.PAPER))
   for key, (value, _) in recipe.PAPER.settings.items():
     assert f'{key} = {value!r}' in recipe.__doc__
@@ -84,6 +88,14 @@ def test_at_the_sources_batch_the_rate_peaks_where_the_source_says(name, rate):
   _, _, got = _rates(recipe.get_config(), lambda e, _: [5 * e],
                      batch_size=recipe.PAPER.batch_size)
   np.testing.assert_allclose(got, [rate], rtol=1e-6)
+
+
+def test_vit_fine_tuning_warms_up_for_500_steps_to_0_03_then_decays_as_a_cosine():
+  config = finetune_vit_b16.get_config()
+  rate = optim.create_learning_rate_fn(config, IMAGENET_TRAIN // 512, config.num_train_steps)
+  got = [float(rate(s)) for s in (0, 250, 500, 500 + 19_500 // 2, 20_000)]
+  np.testing.assert_allclose(got, [0.0, 0.015, 0.03, 0.015, 0.0], rtol=1e-4, atol=1e-9)
+  assert config.init.reset_head and not config.init.from_weights  # the user names the file
 
 
 def test_mlperf_lars_warms_up_to_10_then_decays_as_the_square_to_0():
