@@ -21,7 +21,8 @@ from jax.extend.mlir import ir
 import pytest
 
 from cli import describe
-from configs import folder, imagenet_resnet50, imagenet_resnet50_lars, imagenet_vit_b16
+from configs import finetune_vit_b16, folder, imagenet_resnet50, imagenet_resnet50_lars
+from configs import imagenet_vit_b16
 from configs import imagenet_vit_l16, quickstart
 from trainer import evaluate
 from trainer import experiment
@@ -42,6 +43,7 @@ CASES = {
     'resnet50_lars': (imagenet_resnet50_lars, None, False),
     'vit_b16': (imagenet_vit_b16, None, False),
     'vit_l16': (imagenet_vit_l16, None, False),
+    'finetune_vit_b16': (finetune_vit_b16, None, False),
     'quickstart': (quickstart, None, False),
     'folder': (folder, None, False),
     'quickstart shard_update': (quickstart, (8, 1, 1), True),
