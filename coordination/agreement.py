@@ -62,10 +62,7 @@ class Agreement:
   def decide(self, stop_requested: bool, save_due_here: bool) -> tuple[bool, bool]:
     """(stop, save): stop if any process was asked to; save if process 0's
     clock says so."""
-    if self._process_count == 1:
-      return stop_requested, save_due_here
-    flags = gather_from_processes(np.array([stop_requested, save_due_here], np.int32))
-    return bool(flags[:, 0].any()), bool(flags[0, 1])
+    return self.decide_and_share(stop_requested, save_due_here, np.zeros(0, np.float32))[:2]
 
   def decide_and_share(self, stop_requested: bool, save_due_here: bool,
                        figures: np.ndarray) -> tuple[bool, bool, np.ndarray | None]:

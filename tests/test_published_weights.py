@@ -194,6 +194,11 @@ def _vit_file(tmp_path, change=None):
   return path
 
 
+def _added(name: str, shape):
+  """A change to _vit_file's tensors: one more, of ones."""
+  return lambda tensors: tensors.update({name: np.ones(shape, np.float32)})
+
+
 def _written(path, data: bytes):
   path.write_bytes(data)
   return path
@@ -225,23 +230,17 @@ def _resnet_file(tmp_path):
     (_vit_file, 'alexnet', 'model.name=alexnet has no published layout here'),
     (lambda d: _vit_file(d, lambda t: t.pop('cls')), 'vit_ti16',
      'the file has nothing for our params/cls'),
-    (lambda d: _vit_file(d, lambda t: t.update(
-        {'Transformer/encoderblock_0/LayerNorm_9/scale': np.ones(64, np.float32)})),
+    (lambda d: _vit_file(d, _added('Transformer/encoderblock_0/LayerNorm_9/scale', 64)),
      'vit_ti16', 'Transformer/encoderblock_0/LayerNorm_9/scale is no tensor of a big_vision ViT'),
-    (lambda d: _vit_file(d, lambda t: t.update(
-        {'Transformer/encoderblock_0/LayerNorm_1/scale': np.ones(64, np.float32)})),
+    (lambda d: _vit_file(d, _added('Transformer/encoderblock_0/LayerNorm_1/scale', 64)),
      'vit_ti16', 'params/encoderblock_0/ln2/scale is filled twice'),
-    (lambda d: _vit_file(d, lambda t: t.update(
-        {'Transformer/encoderblock/LayerNorm_0/scale': np.ones((2, 64), np.float32)})),
+    (lambda d: _vit_file(d, _added('Transformer/encoderblock/LayerNorm_0/scale', (2, 64))),
      'vit_ti16', 'params/encoderblock_0/ln1/scale is filled twice'),
-    (lambda d: _vit_file(d, lambda t: t.update(
-        {'Transformer/encoderblock_0/MlpBlock_3/Dense_0/bias': np.ones(5, np.float32)})),
+    (lambda d: _vit_file(d, _added('Transformer/encoderblock_0/MlpBlock_3/Dense_0/bias', 5)),
      'vit_ti16', r'has shape \(5,\) for our params/encoderblock_0/mlp/fc1/bias, which has \(256,\)'),
-    (lambda d: _vit_file(d, lambda t: t.update(
-        {'Transformer/encoderblock_7/LayerNorm_0/scale': np.ones(64, np.float32)})),
+    (lambda d: _vit_file(d, _added('Transformer/encoderblock_7/LayerNorm_0/scale', 64)),
      'vit_ti16', 'has no place in model.name=vit_ti16 at this width and depth'),
-    (lambda d: _vit_file(d, lambda t: t.update(
-        {'pre_logits/kernel': np.ones((64, 64), np.float32)})),
+    (lambda d: _vit_file(d, _added('pre_logits/kernel', (64, 64))),
      'vit_ti16', 'pre_logits/kernel: a representation layer .* set init.reset_head=true'),
 ])
 def test_a_file_that_does_not_fit_is_one_line_naming_it(tmp_path, make, name, message):

@@ -51,11 +51,11 @@ class MetricsLog:
     record = {k: _jsonable(v) for k, v in record.items()}
     with open(self._path, 'a') as f:
       f.write(json.dumps(record) + '\n')
-    self._events.scalars(record['step'], {
-        f'{record["split"]}/{key}': value for key, value in record.items()
-        if key not in ('step', 'split') and isinstance(value, (int, float))})
+    scalars = {f'{record["split"]}/{key}': value for key, value in record.items()
+               if key not in ('step', 'split') and isinstance(value, (int, float))}
+    self._events.scalars(record['step'], scalars)
     if self._tracker is not None:
-      self._tracker.log(record)
+      self._tracker.log(record['step'], scalars)
 
   def close(self) -> None:
     if self._events is not None:

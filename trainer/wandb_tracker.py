@@ -40,15 +40,14 @@ def check_config(config) -> None:
 
 
 class Tracker:
-  """One W&B run; `log` takes metrics.jsonl's records."""
+  """One W&B run; `log` takes a record's numbers as MetricsLog names them
+  ('train/loss': value)."""
 
   def __init__(self, run):
     self._run = run
 
-  def log(self, record: dict) -> None:
-    values = {f'{record["split"]}/{key}': value for key, value in record.items()
-              if key not in ('step', 'split') and isinstance(value, (int, float))}
-    self._run.log({**values, STEP_KEY: record['step']})
+  def log(self, step: int, scalars: dict[str, float]) -> None:
+    self._run.log({**scalars, STEP_KEY: step})
 
   def close(self) -> None:
     self._run.finish()
