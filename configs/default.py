@@ -61,7 +61,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.lr_scaling = 'linear'  # linear: rate * batch_size / 256; none: as given
   config.lr_schedule = 'cosine'  # after warm-up: cosine, constant, step (times lr_step_factor at each of lr_step_epochs), poly (to 0 as (1 - t)^lr_poly_power, t: the share of the steps after warm-up)
   config.lr_step_epochs = '30,60,80'  # lr_schedule=step: epochs, from the start of training, where the rate falls
-  config.lr_step_factor = 0.1  # lr_schedule=step: the rate's factor at each of lr_step_epochs
+  config.lr_step_steps = ''  # lr_schedule=step: steps, from the start of training, where the rate falls instead of lr_step_epochs (BiT's fine-tuning: 6000,12000,18000); '': lr_step_epochs
+  config.lr_step_factor = 0.1  # lr_schedule=step: the rate's factor at each of lr_step_epochs (or lr_step_steps)
   config.lr_poly_power = 2.0  # lr_schedule=poly: the decay's power (2: MLPerf's LARS ResNet-50)
   config.warmup_steps = 0  # linear warm-up in steps; wins when > 0
   config.warmup_epochs = 0.0  # linear warm-up in epochs when steps is 0

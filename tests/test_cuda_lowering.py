@@ -21,7 +21,7 @@ from jax.extend.mlir import ir
 import pytest
 
 from cli import describe
-from configs import finetune_vit_b16, folder, imagenet_resnet50, imagenet_resnet50_lars
+from configs import finetune_resnet50, finetune_vit_b16, folder, imagenet_resnet50, imagenet_resnet50_lars
 from configs import imagenet_vit_b16
 from configs import imagenet_vit_l16, quickstart
 from trainer import evaluate
@@ -44,6 +44,7 @@ CASES = {
     'vit_b16': (imagenet_vit_b16, None, False),
     'vit_l16': (imagenet_vit_l16, None, False),
     'finetune_vit_b16': (finetune_vit_b16, None, False),
+    'finetune_resnet50': (finetune_resnet50, None, False),
     'quickstart': (quickstart, None, False),
     'folder': (folder, None, False),
     'quickstart shard_update': (quickstart, (8, 1, 1), True),

@@ -12,7 +12,7 @@ import pytest
 
 from cli import describe
 from cli import validation
-from configs import finetune_vit_b16, imagenet_resnet50, imagenet_resnet50_lars
+from configs import finetune_resnet50, finetune_vit_b16, imagenet_resnet50, imagenet_resnet50_lars
 from configs import imagenet_vit_b16, paper
 from configs.schema import dotted_items
 from core.errors import UsageError
@@ -28,7 +28,7 @@ RECIPES = {'goyal': imagenet_resnet50, 'mlperf_lars': imagenet_resnet50_lars,
            'deit_b': imagenet_vit_b16}
 # Recipes that start from published weights: their tables and schedules are
 # checked here; their steps are those of the recipes above (SGD, cosine).
-FINE_TUNING = {'vit_jax_ft': finetune_vit_b16}
+FINE_TUNING = {'vit_jax_ft': finetune_vit_b16, 'bit_ft': finetune_resnet50}
 IMAGENET_TRAIN = 1_281_167
 DEVICES = 8
 
@@ -95,6 +95,18 @@ def test_vit_fine_tuning_warms_up_for_500_steps_to_0_03_then_decays_as_a_cosine(
   rate = optim.create_learning_rate_fn(config, IMAGENET_TRAIN // 512, config.num_train_steps)
   got = [float(rate(s)) for s in (0, 250, 500, 500 + 19_500 // 2, 20_000)]
   np.testing.assert_allclose(got, [0.0, 0.015, 0.03, 0.015, 0.0], rtol=1e-4, atol=1e-9)
+  assert config.init.reset_head and not config.init.from_weights  # the user names the file
+
+
+def test_resnet_fine_tuning_follows_bit_hyperrules_staircase():
+  # bit_hyperrule.get_lr for ImageNet: 0.003 * step / 500 in the warm-up,
+  # then 0.003 divided by 10 after each of 6,000, 12,000 and 18,000 (the
+  # recipe's falls come one step earlier, at the steps themselves).
+  config = finetune_resnet50.get_config()
+  rate = optim.create_learning_rate_fn(config, IMAGENET_TRAIN // 512, config.num_train_steps)
+  steps = (0, 100, 499, 500, 5999, 6001, 11_999, 12_001, 17_999, 18_001, 19_999)
+  want = (0.0, 6e-4, 0.002994, 3e-3, 3e-3, 3e-4, 3e-4, 3e-5, 3e-5, 3e-6, 3e-6)
+  np.testing.assert_allclose([float(rate(s)) for s in steps], want, rtol=1e-4, atol=1e-12)
   assert config.init.reset_head and not config.init.from_weights  # the user names the file
 
 

@@ -47,6 +47,13 @@ def _check_large_batch_keys(config: ml_collections.ConfigDict) -> None:
       epochs != sorted(set(epochs)):
     raise UsageError(f'lr_step_epochs={config.lr_step_epochs!r} must be increasing '
                      f'epochs > 0, comma-separated (e.g. 30,60,80)')
+  try:
+    steps = [int(s) for s in config.lr_step_steps.split(',') if s.strip()]
+  except ValueError:
+    steps = None
+  if steps is None or any(s <= 0 for s in steps) or steps != sorted(set(steps)):
+    raise UsageError(f'lr_step_steps={config.lr_step_steps!r} must be increasing whole '
+                     f'steps > 0, comma-separated (e.g. 6000,12000,18000), or empty')
   if not math.isfinite(config.lr_step_factor) or not 0 < config.lr_step_factor <= 1:
     raise UsageError(f'lr_step_factor={config.lr_step_factor!r} must be in (0, 1]')
   if not math.isfinite(config.lr_poly_power) or config.lr_poly_power <= 0:
@@ -85,9 +92,11 @@ def create_learning_rate_fn(config: ml_collections.ConfigDict,
     after = optax.constant_schedule(peak)
   elif config.lr_schedule == 'step':
     # Goyal et al.: the rate falls by lr_step_factor at each epoch of
-    # lr_step_epochs, counted from the start of training (warm-up included).
-    boundaries = {max(int(round(e * steps_per_epoch)) - warmup, 1): config.lr_step_factor
-                  for e in values.parse_step_epochs(config.lr_step_epochs)}
+    # lr_step_epochs, counted from the start of training (warm-up included);
+    # BiT's fine-tuning gives steps instead (lr_step_steps).
+    falls = [int(s) for s in config.lr_step_steps.split(',') if s.strip()] or [
+        int(round(e * steps_per_epoch)) for e in values.parse_step_epochs(config.lr_step_epochs)]
+    boundaries = {max(s - warmup, 1): config.lr_step_factor for s in falls}
     after = optax.piecewise_constant_schedule(peak, boundaries)
   elif config.lr_schedule == 'poly':
     # MLPerf's LARS ResNet-50 (power 2): peak * (1 - t)^power over the steps
