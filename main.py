@@ -86,7 +86,10 @@ def run(argv) -> int:
   if mode.before_runtime:  # one process, no devices
     return mode.run(config, FLAGS.workdir, context)
 
-  view = runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
+  # A mesh plan compiles for every device of the cluster: on a CPU, emulate them.
+  mesh_plan = FLAGS.mode == 'plan' and config.plan.parallelism == 'mesh'
+  view = runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices or (
+                                config.plan.num_workers if mesh_plan else 0),
                      coordinator_address=FLAGS.coordinator_address,
                      num_processes=FLAGS.num_processes,
                      process_id=FLAGS.process_id,

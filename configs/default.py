@@ -137,6 +137,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.device_utilization = 0.4  # fraction of that peak a train step reaches (T_C = FLOPs / (peak * this))
   config.plan.device_memory_gib = 0.0  # memory of the cluster's device: larger batches are not tried; 0: as the devices at hand (runtime.device_memory_gib)
   config.plan.target = 'cluster'  # cluster: the devices are named by plan.device_tflops, plan.compute_s or plan.probe (--mode=plan refuses none); here: a cluster of the devices at hand, timed here
+  config.plan.parallelism = 'data'  # data: batch size, hosts and all-reduce or PS for data parallelism; mesh: the fastest (data, fsdp, tensor) mesh, ZeRO-1, remat and accumulation whose step fits plan.device_memory_gib, for batch_size over plan.num_workers devices compiled here (docs/mesh-planner.md)
+  config.plan.mesh_derive = True  # plan.parallelism=mesh: compile a ViT at 1 and 2 blocks and extrapolate to its depth (minutes instead of an hour); False: compile each candidate whole
   config.plan.probe = ''  # a work dir holding probe.json (--mode=probe): T_C, the links' latency and bandwidth and each step's fixed cost come from it (docs/probe.md)
   config.study = ml_collections.ConfigDict()
   config.study.models = 'resnet18,alexnet'  # registry names: one compute-heavy, one communication-heavy

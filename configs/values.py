@@ -18,6 +18,7 @@ LR_SCHEDULES = ('cosine', 'constant', 'step', 'poly')
 EVAL_WEIGHTS = ('raw', 'ema')  # eval.weights
 PS_PLACEMENTS = ('dedicated', 'colocated')  # plan.ps_placement
 PLAN_TARGETS = ('cluster', 'here')  # plan.target
+PLAN_PARALLELISMS = ('data', 'mesh')  # plan.parallelism
 BENCH_DATA = ('synthetic', 'real')  # bench.data
 NONFINITE = ('stop', 'skip')
 CLUSTERS = ('auto', 'slurm', 'ompi', 'none')

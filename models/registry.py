@@ -76,7 +76,9 @@ def _classic(build: Callable[..., nn.Module],
 
 
 # ViT name -> (variant, patch size).
-_VITS = {f'vit_{v}{p}': (v, p) for v in vit.VARIANTS for p in (16, 32)}
+# Patch 14: ViT-H/14 as published, ViT-g/14 and ViT-G/14 (vit_bigg14) as
+# Zhai et al. 2022 train them.
+_VITS = {f'vit_{v}{p}': (v, p) for v in vit.VARIANTS for p in (14, 16, 32)}
 
 _REGISTRY: dict[str, Callable[..., nn.Module]] = {
     **{f'resnet{d}': _resnet(d) for d in sorted(resnet.STAGE_SIZES)},
@@ -161,6 +163,11 @@ def size_problems(name: str, *, width: int, image_size: int) -> dict[str, str]:
   if patch:
     problems['image_size'] = f'{patch}; use a multiple of {patch_size}'
   return problems
+
+
+def vit_variant(name: str) -> str:
+  """A ViT's variant ('b' of vit_b16), a key of models/vit.py's VARIANTS."""
+  return _VITS[name][0]
 
 
 def is_vit(name: str) -> bool:

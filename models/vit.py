@@ -249,9 +249,14 @@ VARIANTS = {
     'b': dict(hidden_size=768, mlp_dim=3072, num_heads=12, depth=12),
     'l': dict(hidden_size=1024, mlp_dim=4096, num_heads=16, depth=24),
     'h': dict(hidden_size=1280, mlp_dim=5120, num_heads=16, depth=32),
+    # Zhai et al. 2022, "Scaling Vision Transformers", Table 2: ViT-g and
+    # ViT-G. 'bigg' for G, since names must not differ by case alone (the
+    # name OpenCLIP gives the same shape).
+    'g': dict(hidden_size=1408, mlp_dim=6144, num_heads=16, depth=40),
+    'bigg': dict(hidden_size=1664, mlp_dim=8192, num_heads=16, depth=48),
 }
 
 
 def vit(variant: str, patch_size: int, **kwargs) -> ViT:
-  """The published ViT variant ('ti', 's', 'b', 'l', 'h'); kwargs override."""
+  """The published ViT variant ('ti', 's', 'b', 'l', 'h', 'g', 'bigg'); kwargs override."""
   return ViT(patch_size=patch_size, **{**VARIANTS[variant], **kwargs})

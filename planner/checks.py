@@ -9,7 +9,7 @@ that names the key.
 import math
 
 from configs.values import parse_list, parse_names, plan_batches
-from configs.values import PLAN_TARGETS, PS_PLACEMENTS, at_least, one_of
+from configs.values import PLAN_PARALLELISMS, PLAN_TARGETS, PS_PLACEMENTS, at_least, one_of
 from core.errors import UsageError
 from models import checks as model_checks
 from models import registry
@@ -35,6 +35,15 @@ def check_config(config) -> None:
     raise UsageError(f'plan.device_utilization={plan.device_utilization!r} must be '
                      'in (0, 1]: the fraction of the device peak a step reaches')
   one_of('plan.target', plan.target, PLAN_TARGETS)
+  one_of('plan.parallelism', plan.parallelism, PLAN_PARALLELISMS)
+  if plan.parallelism == 'mesh':
+    for key in ('probe', 'compute_s'):
+      if plan[key]:
+        raise UsageError(f'plan.{key} is for plan.parallelism=data; the mesh plan costs '
+                         'compute from FLOPs at plan.device_tflops')
+    if plan.target == 'here':
+      raise UsageError('plan.parallelism=mesh plans a cluster (plan.target=cluster) '
+                       'named by plan.device_tflops')
   named_by = [k for k in ('compute_s', 'device_tflops', 'probe') if plan[k]]
   if len(named_by) > 1:
     raise UsageError(f'plan.{named_by[0]} and plan.{named_by[1]} both give the '

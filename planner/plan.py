@@ -56,6 +56,9 @@ def run_plan(config, workdir: str) -> dict:
     checks.check_one_process('plan', jax.process_count())
   with workdir_lock.hold(workdir, 'plan', process_index=jax.process_index(),
                          process_count=jax.process_count()):
+    if config.plan.parallelism == 'mesh':
+      from planner import mesh_plan  # pylint: disable=g-import-not-at-top
+      return mesh_plan.run_mesh_plan(config, workdir)
     if config.plan.probe:
       return _plan_from_probe(config, workdir)
     return _measure_and_plan(config, workdir)

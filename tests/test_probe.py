@@ -21,7 +21,7 @@ from core.errors import UsageError
 from probe import fit as fit_lib
 from probe import run as probe_run
 from probe import step_cost
-from probe import step_program
+from trainer import hlo_collectives
 from probe import hosts
 from probe import settings
 from tests.helpers import run_main, xla_flags
@@ -97,7 +97,7 @@ def test_each_tiny_step_all_reduces_its_counted_arrays():
   for k in step_cost.OPERAND_COUNTS:
     tiny = step_cost.TinyStep(jax.devices()[:2], k)
     text = tiny.compiled_text()
-    found = [c for c in step_program.collectives_in(text) if c['op'] == 'all-reduce']
+    found = [c for c in hlo_collectives.collectives_in(text) if c['op'] == 'all-reduce']
     assert sum(c['operands'] for c in found) == k, found
     assert sum(c['bytes'] for c in found) == step_cost.gradient_bytes(k)
 
@@ -325,10 +325,11 @@ def test_the_step_programs_collectives_are_read_from_hlo_text():
   %add = f32[64]{0} add(%p, %q)
   %rs = f32[16]{0} reduce-scatter(f32[64]{0} %z), dimensions={0}
   """
-  assert step_program.collectives_in(text) == [
-      {'op': 'all-reduce', 'operands': 1, 'bytes': 256},
-      {'op': 'all-reduce', 'operands': 2, 'bytes': 3 * 3 * 16 * 16 * 4 + 16 * 2},
-      {'op': 'all-gather', 'operands': 1, 'bytes': 128},
-      {'op': 'reduce-scatter', 'operands': 1, 'bytes': 64},
+  assert hlo_collectives.collectives_in(text) == [
+      {'op': 'all-reduce', 'operands': 1, 'bytes': 256, 'groups': [[0, 1]]},
+      {'op': 'all-reduce', 'operands': 2, 'bytes': 3 * 3 * 16 * 16 * 4 + 16 * 2,
+       'groups': None},
+      {'op': 'all-gather', 'operands': 1, 'bytes': 128, 'groups': None},
+      {'op': 'reduce-scatter', 'operands': 1, 'bytes': 64, 'groups': None},
   ]
 

@@ -1,0 +1,260 @@
+"""--mode=plan with plan.parallelism=mesh: the fastest (data, fsdp, tensor)
+mesh, ZeRO-1, remat and accumulation that fits the cluster's devices.
+
+For every candidate of planner/mesh_candidates.py the configured train step
+is compiled (never run) on this process's devices, one per device of the
+cluster, in the cluster's dtype (bfloat16 under model.dtype=auto), and read:
+
+- memory per device: XLA's memory analysis of the compiled step, as the
+  trainer's start-up check reads it (trainer/memory.py);
+- compute: the per-device program's FLOPs (XLA's cost analysis) at
+  plan.device_tflops x plan.device_utilization;
+- communication: each collective of the program, its bytes and device
+  groups, costed on the cluster's links (planner/mesh_cost.py).
+
+A ViT deeper than two blocks is compiled at one and at two blocks and every
+term (bytes, FLOPs, seconds) extrapolated linearly to its depth: each block
+adds the same parameters, activations and collectives (plan.mesh_derive;
+tests/test_mesh_plan.py holds the derivation against full compiles). Each
+mesh climbs the memory ladder (remat, then accumulation) until its step fits
+plan.device_memory_gib. Writes plan.json; prints the answers and a table.
+"""
+
+import json
+import os
+import sys
+
+from absl import logging
+import jax
+
+from core.errors import UsageError
+from models import registry
+from models import vit
+from planner import mesh_candidates as mc
+from planner import mesh_cost
+from trainer import hlo_collectives
+from trainer import experiment
+from trainer import memory
+from trainer import specs
+from trainer.engines import spmd
+
+PLAN_FILE = 'plan.json'
+GIB = 2**30
+_SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops')
+
+
+def links(plan) -> mesh_cost.Links:
+  inf = float('inf')
+  return mesh_cost.Links(
+      devices_per_host=plan.devices_per_host,
+      intra_bytes_per_s=plan.intra_host_gbps * 1e9 / 8 if plan.intra_host_gbps else inf,
+      intra_latency_s=plan.intra_host_latency_ms / 1e3,
+      nic_bytes_per_s=plan.link_bandwidth_gbps * 1e9 / 8,
+      nic_latency_s=plan.link_latency_ms / 1e3)
+
+
+def tensor_split_sizes(config) -> list[int]:
+  """What the tensor axis splits (configs/sharding.py's FSDP_TENSOR): a
+  ViT's heads and MLP width, a ResNet's channels (its stem's, which every
+  stage multiplies)."""
+  name = config.model.name
+  if registry.is_vit(name):
+    variant = vit.VARIANTS[registry.vit_variant(name)]
+    if config.model.width:
+      return [max(1, config.model.width // 64), 4 * config.model.width]
+    return [variant['num_heads'], variant['mlp_dim']]
+  return [config.model.width or 64]
+
+
+def full_depth(config) -> int:
+  """A ViT's blocks (model.depth, else its variant's); 0 for other models."""
+  if not registry.is_vit(config.model.name):
+    return 0
+  return config.model.depth or vit.VARIANTS[registry.vit_variant(config.model.name)]['depth']
+
+
+def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
+                      depth: int = 0, plan_links: mesh_cost.Links) -> dict:
+  """One compile of the train step for `candidate` (at `depth` blocks, if
+  given): its memory, FLOPs and the collectives' seconds on the links."""
+  config = config.copy_and_resolve_references()
+  config.engine = 'spmd'
+  config.update_from_flattened_dict(candidate.config_values())
+  if config.model.dtype == 'auto':
+    config.model.dtype = 'bfloat16'  # what the cluster's GPUs compute in
+  if depth:
+    config.model.depth = depth
+  exp = experiment.build_without_data(config, num_classes)
+  batch = specs.batch_spec(config.batch_size, config.data.image_size, exp.batch_sharding)
+  with exp.tracing_context():
+    compiled = spmd.jit_train_step(exp).lower(exp.abstract_state, batch).compile()
+  report = memory.report(compiled, exp.abstract_state)
+  cost = compiled.cost_analysis() or {}
+  if isinstance(cost, list):
+    cost = cost[0] if cost else {}
+  comm = {}
+  for op in hlo_collectives.collectives_in(compiled.as_text()):
+    groups = op['groups'] or mesh_cost.device_groups_all(jax.device_count())
+    cost_op = mesh_cost.collective_s(op['op'], op['bytes'], groups, plan_links)
+    if cost_op['level'] == 'none':
+      continue
+    key = f'{op["op"]} {cost_op["level"]}'
+    entry = comm.setdefault(key, {'count': 0, 'bytes': 0, 'seconds': 0.0})
+    entry['count'] += 1
+    entry['bytes'] += op['bytes']
+    entry['seconds'] += cost_op['seconds']
+  return {'peak': report.peak, 'params': report.params, 'opt_state': report.opt_state,
+          'temporaries': report.temporaries, 'flops': float(cost.get('flops', 0.0)),
+          'collectives': comm}
+
+
+def derive(small: dict, larger: dict, small_depth: int, larger_depth: int,
+           depth: int) -> dict:
+  """Every term of two compiles at small_depth and larger_depth blocks,
+  extrapolated linearly to `depth` (pure)."""
+  at = lambda a, b: mesh_cost.extrapolate(a, b, small_depth, larger_depth, depth)
+  out = {k: at(small[k], larger[k]) for k in _SUMMED}
+  comm = {}
+  for key in sorted(set(small['collectives']) | set(larger['collectives'])):
+    zero = {'count': 0, 'bytes': 0, 'seconds': 0.0}
+    a, b = small['collectives'].get(key, zero), larger['collectives'].get(key, zero)
+    comm[key] = {k: at(a[k], b[k]) for k in zero}
+  out['collectives'] = comm
+  return out
+
+
+def measure(config, candidate, num_classes, plan_links) -> dict:
+  """The candidate's terms: compiled at full depth, or derived."""
+  depth = full_depth(config)
+  if config.plan.mesh_derive and depth > 2:
+    small = compile_candidate(config, candidate, num_classes, depth=1, plan_links=plan_links)
+    larger = compile_candidate(config, candidate, num_classes, depth=2, plan_links=plan_links)
+    return {**derive(small, larger, 1, 2, depth), 'derived_from_depths': [1, 2]}
+  return {**compile_candidate(config, candidate, num_classes, plan_links=plan_links),
+          'derived_from_depths': None}
+
+
+def timed(terms: dict, plan) -> dict:
+  """The step's seconds from the terms: compute at the device's rate, the
+  collectives as costed, summed (or overlapped: plan.overlap)."""
+  rate = plan.device_tflops * 1e12 * plan.device_utilization
+  compute_s = terms['flops'] / rate
+  comm_s = sum(c['seconds'] for c in terms['collectives'].values())
+  return {'compute_s': compute_s, 'communication_s': comm_s,
+          'step_s': mesh_cost.step_s(compute_s, comm_s, overlap=plan.overlap,
+                                     backprop_share=plan.backprop_share)}
+
+
+def _why_slower(row: dict, best: dict) -> str:
+  """The term that costs `row` the most time against `best`."""
+  diffs = {'compute': row['compute_s'] - best['compute_s']}
+  for key in set(row['collectives']) | set(best['collectives']):
+    get = lambda r: r['collectives'].get(key, {}).get('seconds', 0.0)
+    diffs[key] = get(row) - get(best)
+  term, extra = max(diffs.items(), key=lambda kv: kv[1])
+  return f'{term} +{extra * 1e3:.3g} ms'
+
+
+def _command(candidate: mc.Candidate) -> str:
+  config_arg = next((a for a in sys.argv if a.startswith('--config=')), '--config=CONFIG')
+  values = ' '.join(f'--config.{k}={str(v).lower() if isinstance(v, bool) else v}'
+                    for k, v in candidate.config_values().items())
+  return f'python main.py {config_arg} --workdir=DIR {values}'
+
+
+def run_mesh_plan(config, workdir: str) -> dict:
+  """Plans the mesh; writes plan.json and returns it. UsageError (exit 2)
+  when nothing fits, naming the smallest device memory that would."""
+  plan = config.plan
+  n = jax.device_count()
+  if plan.num_workers and plan.num_workers != n:
+    raise UsageError(f'plan.num_workers={plan.num_workers}: the mesh plan compiles for '
+                     f'every device of the cluster, and this process has {n}; unset '
+                     'XLA_FLAGS\' device count or set it to plan.num_workers')
+  if plan.device_tflops <= 0:
+    raise UsageError('plan.parallelism=mesh needs plan.device_tflops (the cluster\'s '
+                     'device peak in the model\'s dtype): its compute is costed from FLOPs')
+  plan_links = links(plan)
+  capacity = plan.device_memory_gib * GIB if plan.device_memory_gib else float('inf')
+  num_classes = config.model.num_classes or config.data.num_synthetic_classes
+  divides = mc.tensor_divides(tensor_split_sizes(config))
+  starts = mc.first_rungs(n, config.batch_size, divides)
+  if not starts:
+    raise UsageError(f'batch_size={config.batch_size} divides over no mesh of {n} devices')
+  def evaluate(candidate):
+    terms = measure(config, candidate, num_classes, plan_links)
+    row = {'name': candidate.name(), **candidate.config_values(), **terms,
+           **timed(terms, plan), 'fits': terms['peak'] <= capacity}
+    logging.info('%s: peak %.2f GiB, step %.4g ms', row['name'], row['peak'] / GIB,
+                 row['step_s'] * 1e3)
+    return row
+
+  rows, misses = [], []
+  for start in starts:
+    ladder = mc.rungs(start, config.batch_size)
+    first = evaluate(ladder[0])
+    if first['fits'] or len(ladder) == 1:
+      (rows if first['fits'] else misses).append(first)
+      continue
+    # The last rung needs the least memory: when it does not fit, none does.
+    last = evaluate(ladder[-1])
+    if not last['fits']:
+      misses.append(last)
+      continue
+    rows.append(next((row for row in map(evaluate, ladder[1:-1]) if row['fits']), last))
+  rows.sort(key=lambda r: r['step_s'])
+  result = {
+      'model': config.model.name, 'image_size': config.data.image_size,
+      'global_batch': config.batch_size, 'dtype': 'bfloat16' if config.model.dtype == 'auto'
+      else config.model.dtype,
+      'cluster': {'devices': n, 'devices_per_host': plan.devices_per_host,
+                  'device_memory_gib': plan.device_memory_gib,
+                  'device_tflops': plan.device_tflops,
+                  'device_utilization': plan.device_utilization,
+                  'nic_gbps': plan.link_bandwidth_gbps, 'nic_latency_ms': plan.link_latency_ms,
+                  'intra_host_gbps': plan.intra_host_gbps,
+                  'intra_host_latency_ms': plan.intra_host_latency_ms,
+                  'overlap': plan.overlap},
+      'fitting': rows, 'not_fitting': misses,
+  }
+  os.makedirs(workdir, exist_ok=True)
+  if not rows:
+    smallest = min(r['peak'] for r in misses)
+    result['answers'] = [f'nothing fits {plan.device_memory_gib:g} GiB']
+    _write(workdir, result)
+    best_miss = min(misses, key=lambda r: r['peak'])
+    raise UsageError(f'no mesh of {n} devices fits plan.device_memory_gib='
+                     f'{plan.device_memory_gib:g}: the smallest step ({best_miss["name"]}) '
+                     f'needs {smallest / GIB:.2f} GiB per device')
+  best = rows[0]
+  answers = [f'fastest that fits: {best["name"]}, step {best["step_s"] * 1e3:.4g} ms '
+             f'(compute {best["compute_s"] * 1e3:.4g} ms, communication '
+             f'{best["communication_s"] * 1e3:.4g} ms), peak {best["peak"] / GIB:.2f} GiB '
+             'per device',
+             f'run it: {_command(mc.Candidate(*(best[k] for k in ("mesh.data", "mesh.fsdp", "mesh.tensor", "mesh.shard_update", "model.remat", "grad_accum_steps"))))}']
+  for row in rows[1:3]:
+    answers.append(f'next: {row["name"]}, {row["step_s"] * 1e3:.4g} ms '
+                   f'({_why_slower(row, best)})')
+  for row in misses:
+    answers.append(f'does not fit: {row["name"]}, peak {row["peak"] / GIB:.2f} GiB '
+                   f'(temporaries {row["temporaries"] / GIB:.2f} GiB)')
+  result['best'] = best['name']
+  result['command'] = answers[1].removeprefix('run it: ')
+  result['answers'] = answers
+  _write(workdir, result)
+  lines = [f'{config.model.name} at {config.data.image_size} px, batch {config.batch_size} '
+           f'over {n} devices ({n // plan.devices_per_host} host(s) of '
+           f'{plan.devices_per_host}):', *answers, '',
+           f'{"configuration":<44} {"step ms":>9} {"compute":>9} {"comm.":>9} {"peak GiB":>9}']
+  lines += [f'{r["name"]:<44} {r["step_s"] * 1e3:>9.4g} {r["compute_s"] * 1e3:>9.4g} '
+            f'{r["communication_s"] * 1e3:>9.4g} {r["peak"] / GIB:>9.3f}' for r in rows]
+  print('\n'.join(lines), flush=True)
+  return result
+
+
+def _write(workdir: str, result: dict) -> None:
+  path = os.path.join(workdir, PLAN_FILE)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(result, f, indent=1)
+  os.replace(path + '.tmp', path)
+  logging.info('Wrote %s', path)

@@ -1,0 +1,178 @@
+"""plan.parallelism=mesh (planner/mesh_plan.py, mesh_cost.py,
+mesh_candidates.py): the collectives' groups read from HLO, each
+collective's cost computed by hand, the candidates, the depth derivation
+held against full compiles, and the mode as a user runs it."""
+
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from configs import default
+from planner import mesh_candidates as mc
+from planner import mesh_cost
+from planner import mesh_plan
+from trainer import hlo_collectives
+from tests.helpers import run_main
+from tests.helpers import xla_flags
+
+
+@pytest.mark.parametrize('line, dims, perm, size', [
+    ('replica_groups=[4,2]<=[4,2]T(1,0), use_global', (4, 2), (1, 0), 2),
+    ('replica_groups=[4,2]<=[2,2,2]T(2,1,0), use', (2, 2, 2), (2, 1, 0), 2),
+    ('replica_groups=[2,4]<=[8], dimensions', (8,), (0,), 4),
+])
+def test_iota_groups_are_numpys_transposed_arange(line, dims, perm, size):
+  want = np.arange(math.prod(dims)).reshape(dims).transpose(perm).reshape(-1, size)
+  assert hlo_collectives.replica_groups(line) == want.tolist()
+
+
+def test_explicit_groups_and_permute_pairs_are_read_as_written():
+  assert hlo_collectives.replica_groups('x, replica_groups={{0,2},{1,3}}, y') == [[0, 2], [1, 3]]
+  assert hlo_collectives.replica_groups('source_target_pairs={{0,1},{1,0}}') == [[0, 1], [1, 0]]
+  assert hlo_collectives.replica_groups('replica_groups={}, to_apply') is None
+
+
+_LINKS = mesh_cost.Links(devices_per_host=4, intra_bytes_per_s=100e9, intra_latency_s=1e-6,
+                         nic_bytes_per_s=10e9, nic_latency_s=10e-6)
+
+
+def test_an_all_reduce_inside_a_host_is_its_rings_steps_and_bytes():
+  # 4 devices, 1 MB: 2 x 3 steps of 1 us, each device sends 2 x 3/4 MB at 100 GB/s.
+  got = mesh_cost.collective_s('all-reduce', 1e6, [[0, 1, 2, 3], [4, 5, 6, 7]], _LINKS)
+  assert got['level'] == 'inside a host' and got['group_size'] == 4
+  assert got['seconds'] == pytest.approx(6e-6 + 1.5e6 / 100e9)
+
+
+def test_groups_across_hosts_share_the_nic_by_how_many_rings_leave_a_host():
+  # A data axis of 2 across 2 hosts: 4 rings (one per device of a host) each
+  # send 1/2 of 1 MB through the NIC: 4 x 0.5 MB at 10 GB/s, 1 step of 10 us.
+  pairs = [[0, 4], [1, 5], [2, 6], [3, 7]]
+  got = mesh_cost.collective_s('all-gather', 1e6, pairs, _LINKS)
+  assert got['level'] == 'across hosts'
+  assert got['seconds'] == pytest.approx(10e-6 + 4 * 0.5e6 / 10e9)
+  # All 8 in one ring: one ring leaves each host; 14 steps; 2 x 7/8 MB.
+  whole = mesh_cost.collective_s('all-reduce', 1e6, [list(range(8))], _LINKS)
+  assert whole['seconds'] == pytest.approx(14 * 10e-6 + 1.75e6 / 10e9)
+  # A reduce-scatter's result is 1/n of its input: each device sends (n-1) results.
+  scatter = mesh_cost.collective_s('reduce-scatter', 1e3, [[0, 1, 2, 3]], _LINKS)
+  assert scatter['seconds'] == pytest.approx(3e-6 + 3e3 / 100e9)
+  assert mesh_cost.collective_s('all-reduce', 1e6, [[5]], _LINKS)['seconds'] == 0.0
+
+
+def test_overlap_hides_communication_behind_the_backward_share():
+  assert mesh_cost.step_s(3.0, 1.0, overlap=False, backprop_share=2 / 3) == 4.0
+  assert mesh_cost.step_s(3.0, 1.0, overlap=True, backprop_share=2 / 3) == 3.0
+  assert mesh_cost.step_s(3.0, 5.0, overlap=True, backprop_share=2 / 3) == 6.0
+
+
+def test_the_meshes_are_every_factorisation_whose_tensor_divides_the_heads():
+  # ViT-B: 12 heads, MLP 3072: tensor 1, 2 or 4 of 8 devices, never 8.
+  got = mc.meshes(8, mc.tensor_divides([12, 3072]))
+  assert sorted(got) == sorted([(8, 1, 1), (4, 2, 1), (2, 4, 1), (1, 8, 1), (4, 1, 2),
+                                (2, 2, 2), (1, 4, 2), (2, 1, 4), (1, 2, 4)])
+  starts = mc.first_rungs(8, 4, mc.tensor_divides([12, 3072]))
+  assert all(4 % (c.data * c.fsdp) == 0 for c in starts)  # batch 4 splits evenly
+  assert {c.shard_update for c in starts if c.data == 1} == {False}
+  ladder = mc.rungs(mc.Candidate(1, 2, 4), global_batch=4)  # 2 images a device
+  assert [(c.remat, c.grad_accum) for c in ladder] == [
+      ('none', 1), ('dots', 1), ('full', 1), ('none', 2), ('dots', 2), ('full', 2)]
+
+
+def _tiny_vit(depth):
+  config = default.get_config()
+  config.model.name, config.model.width, config.model.depth = 'vit_ti16', 128, depth
+  config.data.image_size, config.batch_size = 32, 16
+  config.data.num_synthetic_classes = 10
+  config.plan.devices_per_host = 4
+  return config
+
+
+@pytest.mark.parametrize('candidate', [mc.Candidate(8, 1, 1), mc.Candidate(1, 4, 2),
+                                       mc.Candidate(4, 1, 2, shard_update=True, remat='dots')])
+def test_terms_derived_from_one_and_two_blocks_match_a_compile_of_four(candidate):
+  links = mesh_plan.links(_tiny_vit(4).plan)
+  full = mesh_plan.compile_candidate(_tiny_vit(4), candidate, 10, plan_links=links)
+  small, larger = (mesh_plan.compile_candidate(_tiny_vit(d), candidate, 10, plan_links=links)
+                   for d in (1, 2))
+  derived = mesh_plan.derive(small, larger, 1, 2, 4)
+  for key in ('params', 'opt_state', 'flops'):
+    assert derived[key] == pytest.approx(full[key], rel=1e-3), key
+  assert derived['peak'] == pytest.approx(full['peak'], rel=0.05)
+  seconds = lambda t: sum(c['seconds'] for c in t['collectives'].values())
+  assert seconds(derived) == pytest.approx(seconds(full), rel=0.05)
+
+
+_PLAN = ['--mode=plan', '--config=configs/quickstart.py', '--config.model.name=vit_ti16',
+         '--config.model.width=128', '--config.model.depth=2', '--config.data.image_size=32',
+         '--config.batch_size=16', '--config.plan.parallelism=mesh',
+         '--config.plan.device_tflops=100', '--config.plan.devices_per_host=2',
+         '--config.plan.link_bandwidth_gbps=100', '--config.plan.intra_host_gbps=2400']
+
+
+def _plan(workdir, devices, *extra):
+  return run_main(f'--workdir={workdir}', *_PLAN, f'--config.plan.num_workers={devices}',
+                  *extra, env={'XLA_FLAGS': xla_flags(devices)})
+
+
+def test_the_mesh_plan_names_the_fastest_fitting_mesh_and_the_command_that_runs_it(tmp_path):
+  result = _plan(tmp_path, 4, '--config.plan.device_memory_gib=1')
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp_path / 'plan.json') as f:
+    plan = json.load(f)
+  rows = plan['fitting']
+  assert [r['step_s'] for r in rows] == sorted(r['step_s'] for r in rows)
+  # 2 heads: tensor 1 or 2; data x fsdp x tensor = 4; ZeRO-1 where data > 1.
+  assert sorted(r['name'] for r in rows) == sorted([
+      'data=4', 'data=4 + ZeRO-1', 'data=2 x fsdp=2', 'data=2 x fsdp=2 + ZeRO-1', 'fsdp=4',
+      'data=2 x tensor=2', 'data=2 x tensor=2 + ZeRO-1', 'fsdp=2 x tensor=2'])
+  assert plan['best'] == rows[0]['name'] and not plan['not_fitting']
+  assert all(r['step_s'] == pytest.approx(r['compute_s'] + r['communication_s']) for r in rows)
+  assert f'--config.mesh.data={rows[0]["mesh.data"]}' in plan['command']
+  assert 'fastest that fits: ' + rows[0]['name'] in result.stdout
+
+
+def test_nothing_fitting_is_one_line_with_the_memory_that_would(tmp_path):
+  result = _plan(tmp_path, 2, '--config.plan.device_memory_gib=0.0001')
+  assert result.returncode == 2
+  (line,) = result.stderr.strip().splitlines()[-1:]
+  assert 'fits plan.device_memory_gib=0.0001' in line and 'GiB per device' in line
+  with open(tmp_path / 'plan.json') as f:
+    misses = json.load(f)['not_fitting']
+  # Each mesh's miss is its last rung, full remat over the most micro-batches.
+  for m in misses:
+    per_device = 16 // (m['mesh.data'] * m['mesh.fsdp'])
+    assert (m['model.remat'], m['grad_accum_steps']) == ('full', per_device)
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--config.plan.parallelism=zero'], 'plan.parallelism='),
+    (['--config.plan.device_tflops=0', '--config.plan.compute_s=1'], 'plan.compute_s is for'),
+])
+def test_bad_mesh_plan_keys_are_one_line(tmp_path, extra, message):
+  result = _plan(tmp_path / 'w', 2, *extra)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert message in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_device_count_other_than_the_clusters_is_one_line(tmp_path):
+  result = run_main(f'--workdir={tmp_path}', *_PLAN, '--config.plan.num_workers=4')
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert 'plan.num_workers=4' in result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize('name, published', [
+    ('vit_h14', 632e6),  # Dosovitskiy et al. 2021, Table 1: ViT-Huge, 632M
+    ('vit_g14', 1011e6),  # Zhai et al. 2022, Table 2: ViT-g/14, 1011M
+    ('vit_bigg14', 1843e6),  # Zhai et al. 2022, Table 2: ViT-G/14, 1843M
+])
+def test_the_large_vits_have_their_papers_parameter_counts(name, published):
+  from models import create_model  # pylint: disable=g-import-not-at-top
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  model = create_model(name, num_classes=1000, image_size=224)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jax.numpy.zeros(
+      (1, 224, 224, 3)), train=False))
+  count = sum(p.size for p in jax.tree.leaves(nn.unbox(shapes['params'])))
+  assert count == pytest.approx(published, rel=2e-3)  # a block is 1-3% of them
