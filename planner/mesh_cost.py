@@ -24,7 +24,6 @@ while it fits, then fsdp, then data.
 """
 
 import dataclasses
-import math
 
 _RING_STEPS = {'all-reduce': lambda n: 2 * (n - 1), 'all-gather': lambda n: n - 1,
                'reduce-scatter': lambda n: n - 1, 'all-to-all': lambda n: n - 1,
@@ -36,7 +35,7 @@ _SENT = {'all-reduce': lambda n: 2 * (n - 1) / n, 'all-gather': lambda n: (n - 1
 
 @dataclasses.dataclass(frozen=True)
 class Links:
-  """The cluster's links, in bytes/s and seconds (math.inf: unlimited)."""
+  """The cluster's links, in bytes/s and seconds (inf: unlimited)."""
   devices_per_host: int
   intra_bytes_per_s: float  # each device's port into its host's fabric
   intra_latency_s: float
@@ -91,7 +90,3 @@ def extrapolate(at_small: float, at_larger: float, small: int, larger: int,
     return at_small
   slope = (at_larger - at_small) / (larger - small)
   return at_small + slope * (target - small)
-
-
-def is_power_of_two(n: int) -> bool:
-  return n >= 1 and 2 ** int(math.log2(n)) == n

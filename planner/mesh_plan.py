@@ -155,10 +155,12 @@ def _why_slower(row: dict, best: dict) -> str:
   return f'{term} +{extra * 1e3:.3g} ms'
 
 
-def _command(candidate: mc.Candidate) -> str:
+def _command(row: dict) -> str:
+  """main.py with the run's --config and the row's mesh, remat and accumulation."""
   config_arg = next((a for a in sys.argv if a.startswith('--config=')), '--config=CONFIG')
-  values = ' '.join(f'--config.{k}={str(v).lower() if isinstance(v, bool) else v}'
-                    for k, v in candidate.config_values().items())
+  keys = mc.Candidate(1, 1, 1).config_values()
+  values = ' '.join(f'--config.{k}={str(row[k]).lower() if isinstance(row[k], bool) else row[k]}'
+                    for k in keys)
   return f'python main.py {config_arg} --workdir=DIR {values}'
 
 
@@ -231,7 +233,7 @@ def run_mesh_plan(config, workdir: str) -> dict:
              f'(compute {best["compute_s"] * 1e3:.4g} ms, communication '
              f'{best["communication_s"] * 1e3:.4g} ms), peak {best["peak"] / GIB:.2f} GiB '
              'per device',
-             f'run it: {_command(mc.Candidate(*(best[k] for k in ("mesh.data", "mesh.fsdp", "mesh.tensor", "mesh.shard_update", "model.remat", "grad_accum_steps"))))}']
+             f'run it: {_command(best)}']
   for row in rows[1:3]:
     answers.append(f'next: {row["name"]}, {row["step_s"] * 1e3:.4g} ms '
                    f'({_why_slower(row, best)})')
@@ -239,7 +241,7 @@ def run_mesh_plan(config, workdir: str) -> dict:
     answers.append(f'does not fit: {row["name"]}, peak {row["peak"] / GIB:.2f} GiB '
                    f'(temporaries {row["temporaries"] / GIB:.2f} GiB)')
   result['best'] = best['name']
-  result['command'] = answers[1].removeprefix('run it: ')
+  result['command'] = _command(best)
   result['answers'] = answers
   _write(workdir, result)
   lines = [f'{config.model.name} at {config.data.image_size} px, batch {config.batch_size} '
