@@ -14,7 +14,6 @@ no other augmentation or regularisation.
         --config.data.dir=/data/tensorflow_datasets
 """
 
-from configs import default
 from configs import paper
 
 PAPER = paper.Paper(
@@ -68,16 +67,4 @@ __doc__ += paper.describe(PAPER)
 
 
 def get_config():
-  config = paper.apply(default.get_config(), PAPER)
-  config.batch_size = PAPER.batch_size
-  config.model.dtype = 'auto'  # bfloat16 on GPUs and TPUs, float32 on CPU
-  config.data.source = 'tfds'
-  config.data.name = 'imagenet2012'
-  config.data.eval_split = 'validation'
-  config.data.augment = 'inception_crop'
-  config.data.eval_crop_fraction = 1.0
-  config.log_every_steps = 100
-  config.eval_every_steps = 2000
-  config.checkpoint.every_steps = 2000
-  config.checkpoint.every_minutes = 30.0
-  return config
+  return paper.imagenet_fine_tuning(PAPER, augment='inception_crop')

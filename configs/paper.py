@@ -13,6 +13,7 @@ from typing import Any
 
 import ml_collections
 
+from configs import default
 from configs import schema
 
 
@@ -34,6 +35,25 @@ def apply(config: ml_collections.ConfigDict, paper: Paper) -> ml_collections.Con
   if unknown:
     raise KeyError(f'not keys of configs/default.py: {sorted(unknown)}')
   config.update_from_flattened_dict({key: value for key, (value, _) in paper.settings.items()})
+  return config
+
+
+def imagenet_fine_tuning(paper: Paper, augment: str) -> ml_collections.ConfigDict:
+  """A fine-tuning recipe's config: its paper's table on ImageNet from tfds
+  at the paper's batch, evaluated on the centred square of the shorter side
+  (data.eval_crop_fraction 1.0), logged, evaluated and saved as long runs are."""
+  config = apply(default.get_config(), paper)
+  config.batch_size = paper.batch_size
+  config.model.dtype = 'auto'  # bfloat16 on GPUs and TPUs, float32 on CPU
+  config.data.source = 'tfds'
+  config.data.name = 'imagenet2012'
+  config.data.eval_split = 'validation'
+  config.data.augment = augment
+  config.data.eval_crop_fraction = 1.0
+  config.log_every_steps = 100
+  config.eval_every_steps = 2000
+  config.checkpoint.every_steps = 2000
+  config.checkpoint.every_minutes = 30.0
   return config
 
 

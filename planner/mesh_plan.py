@@ -35,6 +35,7 @@ from planner import mesh_cost
 from trainer import hlo_collectives
 from trainer import experiment
 from trainer import memory
+from trainer import mfu
 from trainer import specs
 from trainer.engines import spmd
 
@@ -89,9 +90,6 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
   with exp.tracing_context():
     compiled = spmd.jit_train_step(exp).lower(exp.abstract_state, batch).compile()
   report = memory.report(compiled, exp.abstract_state)
-  cost = compiled.cost_analysis() or {}
-  if isinstance(cost, list):
-    cost = cost[0] if cost else {}
   comm = {}
   for op in hlo_collectives.collectives_in(compiled.as_text()):
     groups = op['groups'] or mesh_cost.device_groups_all(jax.device_count())
@@ -104,7 +102,7 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
     entry['bytes'] += op['bytes']
     entry['seconds'] += cost_op['seconds']
   return {'peak': report.peak, 'params': report.params, 'opt_state': report.opt_state,
-          'temporaries': report.temporaries, 'flops': float(cost.get('flops', 0.0)),
+          'temporaries': report.temporaries, 'flops': mfu.xla_flops(compiled),
           'collectives': comm}
 
 

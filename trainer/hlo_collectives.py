@@ -3,9 +3,10 @@ one's op, arrays, bytes on one device and device groups (pure: tests feed
 it text). probe/step_program.py counts them for the probe, and
 planner/mesh_plan.py costs them on a cluster's links."""
 
-import itertools
 import math
 import re
+
+import numpy as np
 
 # The ops that move bytes between devices, as they appear in XLA's HLO text
 # (the asynchronous forms' -start; their -done moves nothing more).
@@ -51,16 +52,12 @@ def replica_groups(line: str) -> list[list[int]] | None:
   every device)."""
   iota = _IOTA_GROUPS.search(line)
   if iota:
-    shape = [int(x) for x in iota[1].split(',')]
-    dims = [int(x) for x in iota[2].split(',')]
-    ids = list(range(math.prod(dims)))
+    numbers = lambda text: [int(x) for x in text.split(',')]
+    dims = numbers(iota[2])
+    ids = np.arange(math.prod(dims)).reshape(dims)
     if iota[3]:
-      perm = [int(x) for x in iota[3].split(',')]
-      strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
-      ids = [sum(index[k] * strides[perm[k]] for k in range(len(perm)))
-             for index in itertools.product(*[range(dims[p]) for p in perm])]
-    size = shape[-1]
-    return [ids[i:i + size] for i in range(0, len(ids), size)]
+      ids = ids.transpose(numbers(iota[3]))
+    return ids.reshape(-1, numbers(iota[1])[-1]).tolist()
   explicit = _EXPLICIT_GROUPS.search(line)
   if explicit:
     return _int_lists(explicit[1] or '') or None
