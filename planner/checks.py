@@ -37,13 +37,12 @@ def check_config(config) -> None:
   one_of('plan.target', plan.target, PLAN_TARGETS)
   one_of('plan.parallelism', plan.parallelism, PLAN_PARALLELISMS)
   if plan.parallelism == 'mesh':
-    for key in ('probe', 'compute_s'):
-      if plan[key]:
-        raise UsageError(f'plan.{key} is for plan.parallelism=data; the mesh plan costs '
-                         'compute from FLOPs at plan.device_tflops')
+    if plan.compute_s:
+      raise UsageError('plan.compute_s is for plan.parallelism=data; the mesh plan costs '
+                       'compute from FLOPs at plan.device_tflops or a probe\'s rate')
     if plan.target == 'here':
       raise UsageError('plan.parallelism=mesh plans a cluster (plan.target=cluster) '
-                       'named by plan.device_tflops')
+                       'named by plan.device_tflops or plan.probe')
   named_by = [k for k in ('compute_s', 'device_tflops', 'probe') if plan[k]]
   if len(named_by) > 1:
     raise UsageError(f'plan.{named_by[0]} and plan.{named_by[1]} both give the '

@@ -63,7 +63,7 @@ def check_same_model(probe: dict, config) -> None:
   """The probe timed the configured model at the configured size."""
   model = probe['model']
   mine = {'name': config.model.name, 'width': config.model.width,
-          'image_size': config.data.image_size}
+          'depth': config.model.depth, 'image_size': config.data.image_size}
   theirs = {k: model[k] for k in mine}
   if theirs != mine:
     raise UsageError(f'plan.probe: the probe timed {theirs}, but the config names {mine}; '

@@ -10,7 +10,9 @@ these sizes). Each device sends, over the whole collective,
   all-to-all      (n-1)/n x B    in n-1 steps
   collective-permute  B          in 1 step
 
-and each step pays the latency of the slowest link it crosses. A group
+and each step pays the latency of the slowest link it crosses, and, where
+the links' library moves a collective's arrays one by one (gloo), a cost
+per array. A group
 inside one host moves at the host's fabric (plan.intra_host_gbps, per device
 and direction). A group over h hosts is a ring ordered host by host: one
 link per host leaves it, carrying what one device sends; the groups that
@@ -41,6 +43,10 @@ class Links:
   intra_latency_s: float
   nic_bytes_per_s: float  # each host's NIC, per direction
   nic_latency_s: float
+  # What each array of a collective adds per ring step (a library that
+  # moves a tuple's arrays one by one pays it; from a probe's steps).
+  intra_array_s: float = 0.0
+  nic_array_s: float = 0.0
 
 
 def sent_bytes(op: str, nbytes: float, n: int) -> float:
@@ -48,9 +54,11 @@ def sent_bytes(op: str, nbytes: float, n: int) -> float:
   return 0.0 if n <= 1 else _SENT[op](n) * nbytes
 
 
-def collective_s(op: str, nbytes: float, groups: list[list[int]], links: Links) -> dict:
+def collective_s(op: str, nbytes: float, groups: list[list[int]], links: Links,
+                 operands: int = 1) -> dict:
   """{'seconds', 'level': 'inside a host' | 'across hosts' | 'none', 'group_size'}
-  of one collective whose groups are `groups` (device ids of the mesh)."""
+  of one collective of `operands` arrays whose groups are `groups` (device
+  ids of the mesh)."""
   n = len(groups[0]) if groups else 1
   if n <= 1:
     return {'seconds': 0.0, 'level': 'none', 'group_size': n}
@@ -60,12 +68,14 @@ def collective_s(op: str, nbytes: float, groups: list[list[int]], links: Links) 
   steps = _RING_STEPS[op](n)
   fabric_s = sent / links.intra_bytes_per_s
   if hosts == 1:
-    return {'seconds': steps * links.intra_latency_s + fabric_s, 'level': 'inside a host',
+    step_latency = links.intra_latency_s + operands * links.intra_array_s
+    return {'seconds': steps * step_latency + fabric_s, 'level': 'inside a host',
             'group_size': n}
   # Rings with members on one host, each leaving it through the NIC once.
   rings_per_host = g // max(n // hosts, 1)
   nic_s = rings_per_host * sent / links.nic_bytes_per_s
-  return {'seconds': steps * links.nic_latency_s + max(fabric_s, nic_s),
+  step_latency = links.nic_latency_s + operands * links.nic_array_s
+  return {'seconds': steps * step_latency + max(fabric_s, nic_s),
           'level': 'across hosts', 'group_size': n}
 
 

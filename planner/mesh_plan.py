@@ -32,6 +32,7 @@ from models import registry
 from models import vit
 from planner import mesh_candidates as mc
 from planner import mesh_cost
+from planner import mesh_from_probe
 from trainer import hlo_collectives
 from trainer import experiment
 from trainer import memory
@@ -42,16 +43,6 @@ from trainer.engines import spmd
 PLAN_FILE = 'plan.json'
 GIB = 2**30
 _SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops')
-
-
-def links(plan) -> mesh_cost.Links:
-  inf = float('inf')
-  return mesh_cost.Links(
-      devices_per_host=plan.devices_per_host,
-      intra_bytes_per_s=plan.intra_host_gbps * 1e9 / 8 if plan.intra_host_gbps else inf,
-      intra_latency_s=plan.intra_host_latency_ms / 1e3,
-      nic_bytes_per_s=plan.link_bandwidth_gbps * 1e9 / 8,
-      nic_latency_s=plan.link_latency_ms / 1e3)
 
 
 def tensor_split_sizes(config) -> list[int]:
@@ -75,14 +66,13 @@ def full_depth(config) -> int:
 
 
 def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
-                      depth: int = 0, plan_links: mesh_cost.Links) -> dict:
+                      depth: int = 0, plan_links: mesh_cost.Links, dtype: str) -> dict:
   """One compile of the train step for `candidate` (at `depth` blocks, if
   given): its memory, FLOPs and the collectives' seconds on the links."""
   config = config.copy_and_resolve_references()
   config.engine = 'spmd'
   config.update_from_flattened_dict(candidate.config_values())
-  if config.model.dtype == 'auto':
-    config.model.dtype = 'bfloat16'  # what the cluster's GPUs compute in
+  config.model.dtype = dtype
   if depth:
     config.model.depth = depth
   exp = experiment.build_without_data(config, num_classes)
@@ -93,7 +83,8 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
   comm = {}
   for op in hlo_collectives.collectives_in(compiled.as_text()):
     groups = op['groups'] or mesh_cost.device_groups_all(jax.device_count())
-    cost_op = mesh_cost.collective_s(op['op'], op['bytes'], groups, plan_links)
+    cost_op = mesh_cost.collective_s(op['op'], op['bytes'], groups, plan_links,
+                                     op['operands'])
     if cost_op['level'] == 'none':
       continue
     key = f'{op["op"]} {cost_op["level"]}'
@@ -121,23 +112,26 @@ def derive(small: dict, larger: dict, small_depth: int, larger_depth: int,
   return out
 
 
-def measure(config, candidate, num_classes, plan_links) -> dict:
+def measure(config, candidate, num_classes, plan_links, dtype) -> dict:
   """The candidate's terms: compiled at full depth, or derived."""
   depth = full_depth(config)
+  kw = dict(plan_links=plan_links, dtype=dtype)
   if config.plan.mesh_derive and depth > 2:
-    small = compile_candidate(config, candidate, num_classes, depth=1, plan_links=plan_links)
-    larger = compile_candidate(config, candidate, num_classes, depth=2, plan_links=plan_links)
+    small = compile_candidate(config, candidate, num_classes, depth=1, **kw)
+    larger = compile_candidate(config, candidate, num_classes, depth=2, **kw)
     return {**derive(small, larger, 1, 2, depth), 'derived_from_depths': [1, 2]}
-  return {**compile_candidate(config, candidate, num_classes, plan_links=plan_links),
+  return {**compile_candidate(config, candidate, num_classes, **kw),
           'derived_from_depths': None}
 
 
-def timed(terms: dict, plan) -> dict:
-  """The step's seconds from the terms: compute at the device's rate, the
-  collectives as costed, summed (or overlapped: plan.overlap)."""
-  rate = plan.device_tflops * 1e12 * plan.device_utilization
-  compute_s = terms['flops'] / rate
+def timed(terms: dict, costing: mesh_from_probe.Costing, plan) -> dict:
+  """The step's seconds from the terms: compute at the devices' rate, the
+  collectives as costed and the step's fixed cost when it communicates,
+  summed (or overlapped: plan.overlap)."""
+  compute_s = costing.compute_s(terms['flops'], terms['params'])
   comm_s = sum(c['seconds'] for c in terms['collectives'].values())
+  if terms['collectives']:
+    comm_s += costing.fixed_s
   return {'compute_s': compute_s, 'communication_s': comm_s,
           'step_s': mesh_cost.step_s(compute_s, comm_s, overlap=plan.overlap,
                                      backprop_share=plan.backprop_share)}
@@ -167,14 +161,27 @@ def run_mesh_plan(config, workdir: str) -> dict:
   when nothing fits, naming the smallest device memory that would."""
   plan = config.plan
   n = jax.device_count()
+  probe = None
+  if plan.probe:
+    probe, costing = mesh_from_probe.load(config)
+    probed_devices, _ = mesh_from_probe.cluster_devices(probe)
+    if probed_devices != n:
+      raise UsageError(f'plan.probe: the probe ran on {probed_devices} devices and this '
+                       f'process has {n}; a mesh plan compiles for the probed devices')
+    dtype = probe['model']['dtype']
+  else:
+    if plan.device_tflops <= 0:
+      raise UsageError('plan.parallelism=mesh needs plan.device_tflops (the cluster\'s '
+                       'device peak in the model\'s dtype) or plan.probe: its compute '
+                       'is costed from FLOPs')
+    costing = mesh_from_probe.configured(plan)
+    # bfloat16 under model.dtype=auto: what the cluster's GPUs compute in.
+    dtype = 'bfloat16' if config.model.dtype == 'auto' else config.model.dtype
   if plan.num_workers and plan.num_workers != n:
     raise UsageError(f'plan.num_workers={plan.num_workers}: the mesh plan compiles for '
                      f'every device of the cluster, and this process has {n}; unset '
                      'XLA_FLAGS\' device count or set it to plan.num_workers')
-  if plan.device_tflops <= 0:
-    raise UsageError('plan.parallelism=mesh needs plan.device_tflops (the cluster\'s '
-                     'device peak in the model\'s dtype): its compute is costed from FLOPs')
-  plan_links = links(plan)
+  plan_links = costing.links
   capacity = plan.device_memory_gib * GIB if plan.device_memory_gib else float('inf')
   num_classes = config.model.num_classes or config.data.num_synthetic_classes
   divides = mc.tensor_divides(tensor_split_sizes(config))
@@ -182,9 +189,9 @@ def run_mesh_plan(config, workdir: str) -> dict:
   if not starts:
     raise UsageError(f'batch_size={config.batch_size} divides over no mesh of {n} devices')
   def evaluate(candidate):
-    terms = measure(config, candidate, num_classes, plan_links)
+    terms = measure(config, candidate, num_classes, plan_links, dtype)
     row = {'name': candidate.name(), **candidate.config_values(), **terms,
-           **timed(terms, plan), 'fits': terms['peak'] <= capacity}
+           **timed(terms, costing, plan), 'fits': terms['peak'] <= capacity}
     logging.info('%s: peak %.2f GiB, step %.4g ms', row['name'], row['peak'] / GIB,
                  row['step_s'] * 1e3)
     return row
@@ -205,9 +212,10 @@ def run_mesh_plan(config, workdir: str) -> dict:
   rows.sort(key=lambda r: r['step_s'])
   result = {
       'model': config.model.name, 'image_size': config.data.image_size,
-      'global_batch': config.batch_size, 'dtype': 'bfloat16' if config.model.dtype == 'auto'
-      else config.model.dtype,
-      'cluster': {'devices': n, 'devices_per_host': plan.devices_per_host,
+      'global_batch': config.batch_size, 'dtype': dtype,
+      'costed_from': costing.source,
+      'probe': probe['provenance'] if probe else None,
+      'cluster': {'devices': n, 'devices_per_host': plan_links.devices_per_host,
                   'device_memory_gib': plan.device_memory_gib,
                   'device_tflops': plan.device_tflops,
                   'device_utilization': plan.device_utilization,
@@ -243,8 +251,8 @@ def run_mesh_plan(config, workdir: str) -> dict:
   result['answers'] = answers
   _write(workdir, result)
   lines = [f'{config.model.name} at {config.data.image_size} px, batch {config.batch_size} '
-           f'over {n} devices ({n // plan.devices_per_host} host(s) of '
-           f'{plan.devices_per_host}):', *answers, '',
+           f'over {n} devices ({n // plan_links.devices_per_host} host(s) of '
+           f'{plan_links.devices_per_host}), costed from {costing.source}:', *answers, '',
            f'{"configuration":<44} {"step ms":>9} {"compute":>9} {"comm.":>9} {"peak GiB":>9}']
   lines += [f'{r["name"]:<44} {r["step_s"] * 1e3:>9.4g} {r["compute_s"] * 1e3:>9.4g} '
             f'{r["communication_s"] * 1e3:>9.4g} {r["peak"] / GIB:>9.3f}' for r in rows]

@@ -19,6 +19,7 @@ import optax
 
 from probe import processes
 from trainer import memory
+from trainer import mfu
 from trainer import specs
 from trainer import state as state_lib
 from core import timing
@@ -39,7 +40,7 @@ def _initial_vector(exp, layout, device) -> np.ndarray:
 
 
 def sweep(exp, devices, batches, repeats: int, capacity_bytes: int | None) -> list[dict]:
-  """[{'per_device_batch', 'compute_s', 'peak_bytes'}] for each batch that
+  """[{'per_device_batch', 'compute_s', 'peak_bytes', 'flops'}] for each batch that
   fits, in increasing order; `devices`: this process's, all computing at once."""
   layout = _layout(exp)
   mesh = emulation.worker_mesh(devices)
@@ -62,7 +63,10 @@ def sweep(exp, devices, batches, repeats: int, capacity_bytes: int | None) -> li
     batch = jax.device_put(specs.random_batch(b * n, exp.config.data.image_size, rng), split)
     processes.barrier()
     t = timing.median_s(lambda: jax.block_until_ready(program(vector, batch, step)), repeats)
-    points.append({'per_device_batch': b, 'compute_s': t, 'peak_bytes': peak})
+    # Its FLOPs let a mesh plan cost other programs of the model at the
+    # rate these devices reach (planner/mesh_from_probe.py).
+    points.append({'per_device_batch': b, 'compute_s': t, 'peak_bytes': peak,
+                   'flops': mfu.xla_flops(program)})
     logging.info('probe: per-device batch %d: %.4f s, %.1f images/s per device', b, t, b / t)
   return points
 

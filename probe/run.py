@@ -333,7 +333,8 @@ def _compute_record(by_process, config, capacity) -> dict:
     points.append({'per_device_batch': b, 'compute_s': max(times),
                    'compute_s_by_process': times,
                    'images_per_sec_per_device': b / max(times),
-                   'peak_bytes': max(p['compute'][i]['peak_bytes'] for p in by_process)})
+                   'peak_bytes': max(p['compute'][i]['peak_bytes'] for p in by_process),
+                   'flops': point['flops']})
   tried = settings.per_device_batches(config)
   return {
       'what': ("the workers' gradient program (forward and backward, no collective, "

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from configs import default
+from core.errors import UsageError
 from planner import mesh_candidates as mc
 from planner import mesh_cost
+from planner import mesh_from_probe
 from planner import mesh_plan
 from trainer import hlo_collectives
 from tests.helpers import run_main
@@ -93,9 +95,11 @@ def _tiny_vit(depth):
 @pytest.mark.parametrize('candidate', [mc.Candidate(1, 4, 2),
                                        mc.Candidate(4, 1, 2, shard_update=True, remat='dots')])
 def test_terms_derived_from_one_and_two_blocks_match_a_compile_of_four(candidate):
-  links = mesh_plan.links(_tiny_vit(4).plan)
-  full = mesh_plan.compile_candidate(_tiny_vit(4), candidate, 10, plan_links=links)
-  small, larger = (mesh_plan.compile_candidate(_tiny_vit(d), candidate, 10, plan_links=links)
+  links = mesh_from_probe.configured(_tiny_vit(4).plan).links
+  full = mesh_plan.compile_candidate(_tiny_vit(4), candidate, 10, plan_links=links,
+                                      dtype='bfloat16')
+  small, larger = (mesh_plan.compile_candidate(_tiny_vit(d), candidate, 10, plan_links=links,
+                                                 dtype='bfloat16')
                    for d in (1, 2))
   derived = mesh_plan.derive(small, larger, 1, 2, 4)
   for key in ('params', 'opt_state', 'flops'):
@@ -176,3 +180,90 @@ def test_the_large_vits_have_their_papers_parameter_counts(name, published):
       (1, 224, 224, 3)), train=False))
   count = sum(p.size for p in jax.tree.leaves(nn.unbox(shapes['params'])))
   assert count == pytest.approx(published, rel=2e-3)  # a block is 1-3% of them
+
+
+def test_a_probes_compute_fit_is_numpys_least_squares_line():
+  points = [{'flops': 1e9, 'compute_s': 0.012}, {'flops': 2e9, 'compute_s': 0.021},
+            {'flops': 4e9, 'compute_s': 0.043}]
+  slope, offset = np.polyfit([q['flops'] for q in points], [q['compute_s'] for q in points], 1)
+  assert mesh_from_probe.compute_fit(points) == pytest.approx((offset, slope))
+  # One point: through the origin.
+  assert mesh_from_probe.compute_fit(points[:1]) == pytest.approx((0.0, 0.012 / 1e9))
+
+
+def _probe(devices=4, per_host=2, flops=True):
+  """A probe.json of a vit_ti16 of width 128 and 2 blocks at 32 px, its
+  figures round numbers whose costs a test computes by hand."""
+  ring = lambda p, latency, gbps: {'measured': True, 'participants': p, 'all_reduce': {
+      'latency_s': latency, 'busbw_gbps': gbps}}
+  points = [{'per_device_batch': 8, 'compute_s': 0.011, 'peak_bytes': 1},
+            {'per_device_batch': 16, 'compute_s': 0.021, 'peak_bytes': 1}]
+  if flops:
+    points[0]['flops'], points[1]['flops'] = 1e9, 2e9
+  return {
+      'schema_version': 2,
+      'provenance': {'device_count': devices},
+      'model': {'name': 'vit_ti16', 'width': 128, 'depth': 2, 'image_size': 32,
+                'dtype': 'float32', 'parameter_bytes': 1e6},
+      'hosts': {'devices_per_host': [per_host] * (devices // per_host)},
+      'collectives': {'intra_host': ring(per_host, 2e-4, 8.0),
+                      'inter_host': ring(devices // per_host, 1e-3, 0.8)},
+      'step_fixed_cost': {'participants': devices, 'fixed_cost_s': 5e-4,
+                          'per_operand_s': 6e-4},
+      'compute': {'points': points}, 'update': {'update_s': 0.004},
+      'step_program': {'operands': 1}}
+
+
+def test_a_probes_links_are_its_rings_bandwidth_and_latency_per_step():
+  costing = mesh_from_probe.from_probe_record(_probe())
+  links = costing.links
+  assert links.devices_per_host == 2
+  # intra_host: 2 devices, 8 Gbit/s bus bandwidth, 200 us over 2 x 1 ring steps.
+  assert links.intra_bytes_per_s == pytest.approx(1e9) and links.intra_latency_s == 1e-4
+  # inter_host: one device on each of 2 hosts, 0.8 Gbit/s, 1 ms over 2 steps.
+  assert links.nic_bytes_per_s == pytest.approx(1e8) and links.nic_latency_s == 5e-4
+  # The probe's step spanned hosts: its 0.6 ms an array over 2 x 3 ring steps
+  # of 4 devices is paid across hosts only.
+  assert (links.intra_array_s, links.nic_array_s) == (0.0, pytest.approx(1e-4))
+  assert costing.fixed_s == 5e-4
+  # Compute: 1 ms + 1e-11 s a FLOP, and half the update for half the parameters.
+  assert costing.compute_s(3e9, 5e5) == pytest.approx(0.001 + 0.03 + 0.002)
+  # An all-gather of 2 arrays over 4 devices on 2 hosts: 3 steps, each its
+  # latency and 2 arrays; 2 rings a host share the NIC, 3/4 of 1 MB each.
+  got = mesh_cost.collective_s('all-gather', 1e6, [[0, 1, 2, 3]], links, operands=2)
+  assert got['seconds'] == pytest.approx(3 * (5e-4 + 2 * 1e-4) + 1 * 0.75e6 / 1e8)
+
+
+def test_a_probe_without_flops_or_of_unequal_hosts_is_one_line():
+  with pytest.raises(UsageError, match='no FLOPs'):
+    mesh_from_probe.from_probe_record(_probe(flops=False))
+  unequal = _probe()
+  unequal['hosts']['devices_per_host'] = [3, 1]
+  with pytest.raises(UsageError, match='hosts of equal size'):
+    mesh_from_probe.from_probe_record(unequal)
+
+
+def test_the_mesh_plan_costs_every_candidate_from_a_probe(tmp_path):
+  (tmp_path / 'probe').mkdir()
+  (tmp_path / 'probe' / 'probe.json').write_text(json.dumps(_probe(devices=2, per_host=2)))
+  flags = [a for a in _PLAN if not a.startswith(('--config.plan.device_tflops',
+                                                 '--config.plan.devices_per_host'))]
+  result = run_main(f'--workdir={tmp_path / "plan"}', *flags,
+                    f'--config.plan.probe={tmp_path / "probe"}', env={'XLA_FLAGS': xla_flags(2)})
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp_path / 'plan' / 'plan.json') as f:
+    plan = json.load(f)
+  assert plan['costed_from'] == 'probe' and plan['dtype'] == 'float32'
+  assert sorted(r['name'] for r in plan['fitting']) == sorted([
+      'data=2', 'data=2 + ZeRO-1', 'fsdp=2', 'tensor=2'])
+  for row in plan['fitting']:
+    want = 0.001 + row['flops'] * 1e-11 + 0.004 * row['params'] / 1e6
+    assert row['compute_s'] == pytest.approx(want), row['name']
+    collectives = sum(c['seconds'] for c in row['collectives'].values())
+    assert row['communication_s'] == pytest.approx(collectives + 5e-4), row['name']
+  other = _probe(devices=2, per_host=2)
+  other['model']['width'] = 192
+  (tmp_path / 'probe' / 'probe.json').write_text(json.dumps(other))
+  result = run_main(f'--workdir={tmp_path / "plan2"}', *flags,
+                    f'--config.plan.probe={tmp_path / "probe"}', env={'XLA_FLAGS': xla_flags(2)})
+  assert result.returncode == 2 and 'the probe timed' in result.stderr.strip().splitlines()[-1]

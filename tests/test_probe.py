@@ -18,6 +18,7 @@ import pytest
 
 from configs import default
 from core.errors import UsageError
+from planner import mesh_from_probe
 from probe import fit as fit_lib
 from probe import run as probe_run
 from probe import step_cost
@@ -249,6 +250,12 @@ def test_one_process_probe_writes_every_field(one_process_probe):
   for q in compute['points']:
     assert q['compute_s'] > 0 and q['peak_bytes'] > 0
     assert q['images_per_sec_per_device'] == pytest.approx(q['per_device_batch'] / q['compute_s'])
+  # Twice the batch, about twice the forward and backward FLOPs.
+  flops = [q['flops'] for q in compute['points']]
+  assert flops[1] == pytest.approx(2 * flops[0], rel=0.05)
+  # A mesh plan costs its candidates from this record (planner/mesh_from_probe.py).
+  costing = mesh_from_probe.from_probe_record(record)
+  assert costing.links.devices_per_host == 4 and costing.seconds_per_flop > 0
   assert record['update']['update_s'] > 0
   assert record['update']['update_s'] == max(record['update']['update_s_by_process'])
   program = record['step_program']

@@ -1,0 +1,247 @@
+"""The mesh planner fed a probe, against real SPMD steps of every candidate.
+
+For each layout of 8 CPU devices (one process of 8; two processes of 4,
+joined over gloo on 127.0.0.1, each pinned to its own core as a host of its
+own would be) and each model: `--mode=probe` on that layout; then, for each
+global batch, `--mode=plan --config.plan.parallelism=mesh
+--config.plan.probe=...`, which predicts every candidate's step from
+probe.json alone (planner/mesh_plan.py); then the same processes take real
+steps of every candidate the plan lists (this script's --worker: the
+trainer's SPMD train step, trainer/engines/spmd, compiled for that mesh,
+on its sharded state and a random batch), the median of --steps after two
+untimed, each waited for. Memory: the trainer's start-up figure (XLA's
+analysis of the compiled step, trainer/memory.py) beside the plan's, and
+the runtime's live peak where the device reports one (a CPU device reports
+none: null).
+
+One JSON line per candidate with its provenance (benchmarks/provenance.py);
+--out also appends them to a file; per (layout, model, batch) a summary line
+(MAPE, worst cell, the plan's choice against the measured fastest, Spearman's
+rank correlation); a Markdown table on standard error.
+
+  .venv/bin/python benchmarks/mesh_check.py --out=results/plan/mesh_check.jsonl
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import provenance  # benchmarks/provenance.py, beside this script
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+MODELS = {  # name -> flags of the model: widths for 2 cores, 32 px synthetic data
+    'resnet18_w16': ['--config.model.name=resnet18', '--config.model.width=16'],
+    # 4 heads of 64: the tensor axis splits it 2 or 4 ways; 4 blocks, which
+    # the plan derives from compiles of 1 and 2 (plan.mesh_derive).
+    'vit_w256_d4': ['--config.model.name=vit_ti16', '--config.model.width=256',
+                    '--config.model.depth=4'],
+}
+COMMON = ['--config=configs/quickstart.py', '--config.data.source=synthetic',
+          '--config.data.image_size=32']
+LAYOUTS = {'1x8': (1, 8), '2x4': (2, 4)}  # processes x devices per process
+
+
+def _env():
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  env.pop('XLA_FLAGS', None)
+  return env
+
+
+def _launch(layout: str, command: list[str]) -> None:
+  """`command` (after the python executable) on the layout's processes;
+  two processes are joined on 127.0.0.1 and pinned to a core each."""
+  processes, devices = LAYOUTS[layout]
+  if processes == 1:
+    commands = [[sys.executable, *command, f'--config.runtime.num_cpu_devices={devices}']]
+  else:
+    from cli import launcher  # pylint: disable=g-import-not-at-top
+    port = launcher.free_port()
+    cores = os.cpu_count() or 1
+    commands = [['taskset', '-c', str(i % cores), sys.executable, *command,
+                 f'--coordinator_address=127.0.0.1:{port}', f'--num_processes={processes}',
+                 f'--process_id={i}', f'--config.runtime.num_cpu_devices={devices}']
+                for i in range(processes)]
+  running = [subprocess.Popen(c, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for c in commands]
+  outputs = [p.communicate() for p in running]
+  for i, (p, (_, err)) in enumerate(zip(running, outputs)):
+    if p.returncode != 0:
+      raise RuntimeError(f'process {i} of {" ".join(command)} failed ({p.returncode}): '
+                         f'{err[-3000:]}')
+
+
+def _spearman(xs: list[float], ys: list[float]) -> float:
+  rank = lambda v: {i: r for r, i in enumerate(sorted(range(len(v)), key=v.__getitem__))}
+  rx, ry = rank(xs), rank(ys)
+  n = len(xs)
+  if n < 2:
+    return 1.0
+  return 1 - 6 * sum((rx[i] - ry[i]) ** 2 for i in range(n)) / (n * (n * n - 1))
+
+
+def check(layout: str, model: str, batches: list[int], steps: int, root: str) -> list[dict]:
+  flags = [*COMMON, *MODELS[model]]
+  devices = LAYOUTS[layout][0] * LAYOUTS[layout][1]
+  probe_dir = os.path.join(root, f'probe_{layout}_{model}')
+  per_device = ','.join(str(b // devices) for b in batches)
+  _launch(layout, ['main.py', *flags, f'--workdir={probe_dir}', '--mode=probe',
+                   f'--config.plan.per_worker_batch_sizes={per_device}'])
+  rows = []
+  for batch in batches:
+    plan_dir = os.path.join(root, f'plan_{layout}_{model}_{batch}')
+    result = subprocess.run(
+        [sys.executable, 'main.py', *flags, f'--workdir={plan_dir}', '--mode=plan',
+         '--config.plan.parallelism=mesh', f'--config.plan.probe={probe_dir}',
+         f'--config.batch_size={batch}'], cwd=REPO, env=_env(), capture_output=True, text=True)
+    if result.returncode != 0:
+      raise RuntimeError(f'the plan of {layout} {model} {batch} failed: {result.stderr[-3000:]}')
+    plan_path = os.path.join(plan_dir, 'plan.json')
+    measured_path = os.path.join(plan_dir, 'measured.json')
+    _launch(layout, [os.path.abspath(__file__), '--worker', f'--plan={plan_path}',
+                     f'--measured={measured_path}', f'--steps={steps}', *flags,
+                     f'--config.batch_size={batch}'])
+    with open(plan_path) as f:
+      plan = json.load(f)
+    with open(measured_path) as f:
+      measured = json.load(f)
+    for row in plan['fitting']:
+      m = measured[row['name']]
+      rows.append({
+          'layout': layout, 'model': model, 'global_batch': batch,
+          'configuration': row['name'], 'chosen': row['name'] == plan['best'],
+          'predicted_step_s': row['step_s'], 'measured_step_s': m['step_s'],
+          'measured_steps_s': m['steps_s'],
+          'error': row['step_s'] / m['step_s'] - 1,
+          'predicted_compute_s': row['compute_s'],
+          'predicted_communication_s': row['communication_s'],
+          'collectives': row['collectives'],
+          'planned_peak_bytes': row['peak'], 'trainer_peak_bytes': m['peak_bytes'],
+          'live_peak_bytes': m['live_peak_bytes'],
+          'derived_from_depths': row['derived_from_depths']})
+  return rows
+
+
+def summary(rows: list[dict]) -> dict:
+  """MAPE, the worst cell, the choice against the measured fastest and the
+  rank correlation of one (layout, model, batch) group."""
+  errors = [abs(r['error']) for r in rows]
+  fastest = min(rows, key=lambda r: r['measured_step_s'])
+  chosen = next(r for r in rows if r['chosen'])
+  return {
+      'layout': rows[0]['layout'], 'model': rows[0]['model'],
+      'global_batch': rows[0]['global_batch'], 'candidates': len(rows),
+      'mape': statistics.mean(errors), 'worst_error': max(errors),
+      'chosen': chosen['configuration'], 'measured_fastest': fastest['configuration'],
+      'chosen_over_fastest': chosen['measured_step_s'] / fastest['measured_step_s'] - 1,
+      'spearman': _spearman([r['predicted_step_s'] for r in rows],
+                            [r['measured_step_s'] for r in rows]),
+      'memory_equal': all(r['planned_peak_bytes'] == r['trainer_peak_bytes'] for r in rows)}
+
+
+def worker(argv: list[str]) -> None:
+  """One process of a layout: real steps of every candidate of --plan."""
+  parser = argparse.ArgumentParser()
+  parser.add_argument('--worker', action='store_true')
+  parser.add_argument('--plan')
+  parser.add_argument('--measured')
+  parser.add_argument('--steps', type=int)
+  parser.add_argument('--coordinator_address', default=None)
+  parser.add_argument('--num_processes', type=int, default=1)
+  parser.add_argument('--process_id', type=int, default=0)
+  args, config_flags = parser.parse_known_args(argv)
+  # pylint: disable=g-import-not-at-top
+  from cli import config_loader
+  from cli import runtime
+  runtime.restart_with_malloc_tunables()  # as main.py runs, before anything allocates
+  recipe = next(f.split('=', 1)[1] for f in config_flags if f.startswith('--config='))
+  overrides = [tuple(f[len('--config.'):].split('=', 1)) for f in config_flags
+               if f.startswith('--config.')]
+  config = config_loader.build_config(recipe, overrides, '', recipe)
+  runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices,
+                     coordinator_address=args.coordinator_address,
+                     num_processes=args.num_processes, process_id=args.process_id)
+  import jax
+  import numpy as np
+  from core import timing
+  from trainer import experiment
+  from trainer import memory
+  from trainer import specs
+  from trainer import state as state_lib
+  from trainer.engines import spmd
+  with open(args.plan) as f:
+    plan = json.load(f)
+  results = {}
+  for row in plan['fitting']:
+    run_config = config.copy_and_resolve_references()
+    run_config.update_from_flattened_dict(
+        {k: row[k] for k in ('mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.shard_update',
+                             'model.remat', 'grad_accum_steps')})
+    exp = experiment.build_without_data(run_config, config.data.num_synthetic_classes)
+    with exp.tracing_context():
+      compiled = spmd.jit_train_step(exp).lower(
+          exp.abstract_state, specs.batch_spec(config.batch_size, config.data.image_size,
+                                               exp.batch_sharding)).compile()
+      state = state_lib.create_train_state(exp.model, exp.tx, config.data.image_size,
+                                           exp.state_shardings, config.seed)
+    host = specs.random_batch(config.batch_size, config.data.image_size,
+                              np.random.default_rng(0), config.data.num_synthetic_classes)
+    batch = {k: jax.make_array_from_callback(v.shape, exp.batch_sharding,
+                                             lambda i, v=v: v[i]) for k, v in host.items()}
+    holder = [state]
+
+    def one_step():
+      holder[0], metrics = compiled(holder[0], batch)
+      jax.block_until_ready((holder[0], metrics))
+
+    one_step()  # and timed_runs's own untimed one
+    times = timing.timed_runs(one_step, args.steps)
+    stats = jax.local_devices()[0].memory_stats()
+    results[row['name']] = {
+        'step_s': float(np.median(times)), 'steps_s': [float(t) for t in times],
+        'peak_bytes': memory.report(compiled, exp.abstract_state).peak,
+        'live_peak_bytes': stats.get('peak_bytes_in_use') if stats else None}
+    del holder, state
+  if jax.process_index() == 0:
+    with open(args.measured, 'w') as f:
+      json.dump(results, f)
+
+
+def main():
+  if '--worker' in sys.argv:
+    worker(sys.argv[1:])
+    return
+  parser = argparse.ArgumentParser()
+  parser.add_argument('--layouts', default=','.join(LAYOUTS))
+  parser.add_argument('--models', default=','.join(MODELS))
+  parser.add_argument('--batches', default='32,128', help='global batches')
+  parser.add_argument('--steps', type=int, default=10)
+  provenance.add_out_argument(parser)
+  args = parser.parse_args()
+  results = provenance.Results(args.out)
+  batches = [int(b) for b in args.batches.split(',')]
+  root = tempfile.mkdtemp(prefix='mesh_check_')
+  table = ['| layout | model | batch | configuration | predicted ms | measured ms | error |',
+           '|---|---|---|---|---|---|---|']
+  for layout in args.layouts.split(','):
+    for model in args.models.split(','):
+      rows = check(layout, model, batches, args.steps, root)
+      for batch in batches:
+        group = [r for r in rows if r['global_batch'] == batch]
+        for r in group:
+          results.write({'kind': 'candidate', **r})
+          table.append(f"| {layout} | {model} | {batch} | {r['configuration']}"
+                       f"{' (chosen)' if r['chosen'] else ''} | "
+                       f"{1e3 * r['predicted_step_s']:.1f} | {1e3 * r['measured_step_s']:.1f} | "
+                       f"{100 * r['error']:+.0f}% |")
+        results.write({'kind': 'group', **summary(group)})
+  print('\n'.join(table), file=sys.stderr)
+
+
+if __name__ == '__main__':
+  main()

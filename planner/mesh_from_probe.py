@@ -1,0 +1,127 @@
+"""What a mesh plan costs with, from a probe (plan.probe) or from the
+cluster named by plan.* keys: pure functions of probe.json (its schema is
+probe/run.py's docstring) and the config.
+
+From a probe of the cluster:
+
+- compute: its timed points of the model's gradient program, each with its
+  FLOPs, fitted as t = offset + flops x seconds_per_flop (least squares;
+  one point: through the origin), so that a candidate's program of other
+  FLOPs (sharded, rematerialised) is timed at the rate these devices reach;
+  plus the optimiser's update (update.update_s, the whole model's on every
+  device at once) times the share of the parameters a device holds;
+- links: inside a host, the intra_host all-reduce's fit (bus bandwidth,
+  and its latency spread over the ring's 2(p-1) steps); across hosts, the
+  inter_host one's (one device a host), else all_devices';
+- what a step pays beyond its bytes (step_fixed_cost): fixed_cost_s once
+  per step that communicates, and per_operand_s, the cost of each array of
+  an all-reduce of p devices, spread over its 2(p-1) steps, at the level the
+  probe's step crossed (across hosts when it spanned several).
+
+From plan.*: compute at plan.device_tflops x plan.device_utilization, the
+configured links, nothing per array or per step.
+"""
+
+import dataclasses
+
+from core import units
+from core.errors import UsageError
+from planner import from_probe
+from planner import mesh_cost
+
+
+@dataclasses.dataclass(frozen=True)
+class Costing:
+  links: mesh_cost.Links
+  seconds_per_flop: float
+  compute_offset_s: float = 0.0
+  update_s: float = 0.0  # the whole model's update on one device
+  parameter_bytes: float = 0.0  # the whole model's (float32) parameters
+  fixed_s: float = 0.0  # once per step that communicates
+  source: str = 'plan.*'
+
+  def compute_s(self, flops: float, params_bytes_per_device: float) -> float:
+    """A device's program of `flops`, and its share of the update."""
+    share = params_bytes_per_device / self.parameter_bytes if self.parameter_bytes else 0.0
+    return self.compute_offset_s + flops * self.seconds_per_flop + self.update_s * share
+
+
+def configured(plan) -> Costing:
+  inf = float('inf')
+  links = mesh_cost.Links(
+      devices_per_host=plan.devices_per_host,
+      intra_bytes_per_s=plan.intra_host_gbps * 1e9 / 8 if plan.intra_host_gbps else inf,
+      intra_latency_s=plan.intra_host_latency_ms / 1e3,
+      nic_bytes_per_s=plan.link_bandwidth_gbps * 1e9 / 8,
+      nic_latency_s=plan.link_latency_ms / 1e3)
+  return Costing(links=links,
+                 seconds_per_flop=1 / (plan.device_tflops * 1e12 * plan.device_utilization))
+
+
+def cluster_devices(probe: dict) -> tuple[int, int]:
+  """(devices, devices per host) of the probed cluster; UsageError when its
+  hosts hold different numbers of devices (a mesh lies on equal hosts)."""
+  per_host = set(probe['hosts']['devices_per_host'])
+  if len(per_host) != 1:
+    raise UsageError(f'plan.probe: the probed hosts hold {sorted(per_host)} devices; a mesh '
+                     'plan needs hosts of equal size')
+  return probe['provenance']['device_count'], per_host.pop()
+
+
+def compute_fit(points: list[dict]) -> tuple[float, float]:
+  """(offset_s, seconds_per_flop) of t = offset + flops x rate over the
+  probe's compute points (least squares; one point or a negative offset:
+  through the origin)."""
+  xs, ys = [q['flops'] for q in points], [q['compute_s'] for q in points]
+  through_origin = (0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs))
+  if len(set(xs)) < 2:
+    return through_origin
+  n = len(xs)
+  mx, my = sum(xs) / n, sum(ys) / n
+  slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+  offset = my - slope * mx
+  return (offset, slope) if offset >= 0 and slope > 0 else through_origin
+
+
+def _ring(entry: dict) -> tuple[float, float]:
+  """(bytes/s of a device's port, latency per ring step) of a level's
+  all-reduce fit over its p participants."""
+  fit = entry['all_reduce']
+  p = entry['participants']
+  rate = units.gbps_to_bytes_per_s(fit['busbw_gbps']) if fit['busbw_gbps'] else float('inf')
+  return rate, fit['latency_s'] / (2 * (p - 1))
+
+
+def from_probe_record(probe: dict) -> Costing:
+  points = probe['compute']['points']
+  if any('flops' not in q for q in points):
+    raise UsageError('plan.probe: its compute points carry no FLOPs (an older probe); run '
+                     '--mode=probe again')
+  devices, per_host = cluster_devices(probe)
+  levels = probe['collectives']
+  measured = lambda level: levels.get(level, {}).get('measured')
+  inf = float('inf')
+  intra = _ring(levels['intra_host']) if measured('intra_host') else (inf, 0.0)
+  across = next((_ring(levels[k]) for k in ('inter_host', 'all_devices')
+                 if devices > per_host and measured(k)), (inf, 0.0))
+  step = probe['step_fixed_cost']
+  array_step_s = (step['per_operand_s'] / (2 * (step['participants'] - 1))
+                  if step['participants'] > 1 else 0.0)
+  spans_hosts = devices > per_host
+  links = mesh_cost.Links(
+      devices_per_host=per_host, intra_bytes_per_s=intra[0], intra_latency_s=intra[1],
+      nic_bytes_per_s=across[0], nic_latency_s=across[1],
+      intra_array_s=0.0 if spans_hosts else array_step_s,
+      nic_array_s=array_step_s if spans_hosts else 0.0)
+  offset, rate = compute_fit(points)
+  return Costing(links=links, seconds_per_flop=rate, compute_offset_s=offset,
+                 update_s=probe['update']['update_s'],
+                 parameter_bytes=probe['model']['parameter_bytes'],
+                 fixed_s=step['fixed_cost_s'], source='probe')
+
+
+def load(config) -> tuple[dict, Costing]:
+  """The probe of plan.probe, checked against the configured model, and its costing."""
+  probe = from_probe.load(config.plan.probe)
+  from_probe.check_same_model(probe, config)
+  return probe, from_probe_record(probe)
