@@ -196,6 +196,38 @@ def probe_check(records) -> list[Table]:
   return [(header, rows)]
 
 
+def mesh_check(records) -> list[Table]:
+  """Per (layout, model, batch): the summary; then every candidate."""
+  header = ['layout', 'model', 'batch', 'candidates', 'MAPE', 'worst', 'chosen',
+            'measured fastest', 'chosen over fastest', 'Spearman', 'memory equal']
+  rows = [[r['layout'], r['model'], _f(r['global_batch'], 'd'), _f(r['candidates'], 'd'),
+           _percent(r['mape']), _percent(r['worst_error']), r['chosen'], r['measured_fastest'],
+           _percent(r['chosen_over_fastest']), _f(r['spearman'], '.2f'), _f(r['memory_equal'])]
+          for r in records if r['kind'] == 'group']
+  cells_header = ['layout', 'model', 'batch', 'configuration', 'predicted ms', 'measured ms',
+                  'error', 'planned peak (MiB)', 'trainer peak (MiB)']
+  cells = [[r['layout'], r['model'], _f(r['global_batch'], 'd'), r['configuration'],
+            _f(1e3 * r['predicted_step_s'], '.1f'), _f(1e3 * r['measured_step_s'], '.1f'),
+            f"{100 * r['error']:+.1f}%", _f(r['planned_peak_bytes'] / 2**20, '.2f'),
+            _f(r['trainer_peak_bytes'] / 2**20, '.2f')]
+           for r in records if r['kind'] == 'candidate']
+  return [(header, rows), (cells_header, cells)]
+
+
+def array_cost(records) -> list[Table]:
+  header = ['layout', 'hidden', 'arrays', 'gradient bytes', 'extra ms', 'predicted ms',
+            'error']
+  rows = [[r['layout'], _f(r['hidden'], 'd'), _f(r['operands'], 'd'),
+           _f(r['gradient_bytes'], 'd'), _f(1e3 * r['extra_s'], '.3f'),
+           _f(1e3 * r['predicted_extra_s'], '.3f'), f"{100 * r['error']:+.1f}%"]
+          for r in records if r['kind'] == 'step']
+  fits_header = ['layout', 'hidden', 'mean array bytes', 'fixed ms', 'per array ms']
+  fits = [[r['layout'], _f(r['hidden'], 'd'), _f(r['mean_array_bytes'], '.0f'),
+           _f(1e3 * r['fixed_s'], '.3f'), _f(1e3 * r['per_operand_s'], '.3f')]
+          for r in records if r['kind'] == 'fit']
+  return [(header, rows), (fits_header, fits)]
+
+
 def restore_memory(records) -> list[Table]:
   header = ['case', 'model', 'mesh', 'code', 'peak RSS (GiB)', 'RSS before (GiB)',
             'restore s', 'optimiser state read']
@@ -340,4 +372,4 @@ TABLES = {f.__name__: f for f in (
     step_parts, memory_table, multiprocess, restore_memory, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
     test_suite, quickstart_run, plan_example, goodput_cost,
-    metrics_writer_import)}
+    metrics_writer_import, mesh_check, array_cost)}

@@ -40,21 +40,22 @@ OPERAND_COUNTS = (2, 8, 32)
 _LEARNING_RATE = 0.01
 
 
-def tiny_widths(operands: int) -> tuple[int, ...]:
-  """The layer widths of the tiny MLP whose gradients are `operands` arrays."""
+def tiny_widths(operands: int, hidden: int = TINY_HIDDEN) -> tuple[int, ...]:
+  """The layer widths of the tiny MLP whose gradients are `operands` arrays
+  (benchmarks/array_cost.py widens its hidden layers)."""
   layers = operands // 2
-  return (TINY_INPUT,) + (TINY_HIDDEN,) * (layers - 1) + (TINY_CLASSES,)
+  return (TINY_INPUT,) + (hidden,) * (layers - 1) + (TINY_CLASSES,)
 
 
-def tiny_params(operands: int) -> list:
+def tiny_params(operands: int, hidden: int = TINY_HIDDEN) -> list:
   rng = np.random.default_rng(0)
-  widths = tiny_widths(operands)
+  widths = tiny_widths(operands, hidden)
   return [(rng.normal(0, 0.1, (a, b)).astype(np.float32), np.zeros(b, np.float32))
           for a, b in zip(widths[:-1], widths[1:])]
 
 
-def gradient_bytes(operands: int) -> int:
-  return sum(w.nbytes + b.nbytes for w, b in tiny_params(operands))
+def gradient_bytes(operands: int, hidden: int = TINY_HIDDEN) -> int:
+  return sum(w.nbytes + b.nbytes for w, b in tiny_params(operands, hidden))
 
 
 def _loss(params, x, y):
@@ -75,7 +76,7 @@ class TinyStep:
   """The tiny model of `operands` gradient arrays, its step compiled over
   `devices`, with its inputs there."""
 
-  def __init__(self, devices, operands: int):
+  def __init__(self, devices, operands: int, hidden: int = TINY_HIDDEN):
     mesh = jax.make_mesh((len(devices),), (AXIS,), devices=devices,
                          axis_types=(jax.sharding.AxisType.Explicit,))
     replicated = jax.sharding.NamedSharding(mesh, jax.P())
@@ -88,7 +89,7 @@ class TinyStep:
     rng = np.random.default_rng(1)
     n = TINY_BATCH * len(devices)
     put = lambda a, s: jax.make_array_from_callback(a.shape, s, lambda i: a[i])
-    self._params = jax.tree.map(lambda a: put(a, replicated), tiny_params(operands))
+    self._params = jax.tree.map(lambda a: put(a, replicated), tiny_params(operands, hidden))
     self._x = put(rng.normal(size=(n, TINY_INPUT)).astype(np.float32), split)
     self._y = put(rng.integers(0, TINY_CLASSES, n).astype(np.int32), split)
 
