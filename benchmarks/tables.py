@@ -204,13 +204,24 @@ def mesh_check(records) -> list[Table]:
            _percent(r['mape']), _percent(r['worst_error']), r['chosen'], r['measured_fastest'],
            _percent(r['chosen_over_fastest']), _f(r['spearman'], '.2f'), _f(r['memory_equal'])]
           for r in records if r['kind'] == 'group']
-  cells_header = ['layout', 'model', 'batch', 'configuration', 'predicted ms', 'measured ms',
-                  'error', 'planned peak (MiB)', 'trainer peak (MiB)']
-  cells = [[r['layout'], r['model'], _f(r['global_batch'], 'd'), r['configuration'],
-            _f(1e3 * r['predicted_step_s'], '.1f'), _f(1e3 * r['measured_step_s'], '.1f'),
-            f"{100 * r['error']:+.1f}%", _f(r['planned_peak_bytes'] / 2**20, '.2f'),
-            _f(r['trainer_peak_bytes'] / 2**20, '.2f')]
-           for r in records if r['kind'] == 'candidate']
+  # Of each group's candidates (all of them are in the data): the plan's
+  # choice, the measured fastest and the worst predicted.
+  cells_header = ['layout', 'model', 'batch', 'configuration', 'which', 'predicted ms',
+                  'measured ms', 'error', 'planned peak (MiB)', 'trainer peak (MiB)']
+  cells = []
+  for group in (r for r in records if r['kind'] == 'group'):
+    members = [r for r in records if r['kind'] == 'candidate' and
+               (r['layout'], r['model'], r['global_batch']) ==
+               (group['layout'], group['model'], group['global_batch'])]
+    picks = {'chosen': next(r for r in members if r['chosen']),
+             'measured fastest': min(members, key=lambda r: r['measured_step_s']),
+             'worst predicted': max(members, key=lambda r: abs(r['error']))}
+    for which, r in picks.items():
+      cells.append([r['layout'], r['model'], _f(r['global_batch'], 'd'), r['configuration'],
+                    which, _f(1e3 * r['predicted_step_s'], '.1f'),
+                    _f(1e3 * r['measured_step_s'], '.1f'), f"{100 * r['error']:+.1f}%",
+                    _f(r['planned_peak_bytes'] / 2**20, '.2f'),
+                    _f(r['trainer_peak_bytes'] / 2**20, '.2f')])
   return [(header, rows), (cells_header, cells)]
 
 
