@@ -8,9 +8,11 @@ cluster, in the cluster's dtype (bfloat16 under model.dtype=auto), and read:
 - memory per device: XLA's memory analysis of the compiled step, as the
   trainer's start-up check reads it (trainer/memory.py);
 - compute: the per-device program's FLOPs (XLA's cost analysis) at
-  plan.device_tflops x plan.device_utilization;
+  plan.device_tflops x plan.device_utilization, or at the rate a probe of
+  the cluster measured (plan.probe; planner/mesh_from_probe.py);
 - communication: each collective of the program, its bytes and device
-  groups, costed on the cluster's links (planner/mesh_cost.py).
+  groups, costed on the cluster's links, configured or probed
+  (planner/mesh_cost.py).
 
 A ViT deeper than two blocks is compiled at one and at two blocks and every
 term (bytes, FLOPs, seconds) extrapolated linearly to its depth: each block
