@@ -64,7 +64,7 @@ def check_same_model(probe: dict, config) -> None:
   model = probe['model']
   mine = {'name': config.model.name, 'width': config.model.width,
           'depth': config.model.depth, 'image_size': config.data.image_size}
-  theirs = {k: model[k] for k in mine}
+  theirs = {k: model.get(k, 0) for k in mine}  # 0: the variant's own depth
   if theirs != mine:
     raise UsageError(f'plan.probe: the probe timed {theirs}, but the config names {mine}; '
                      'plan the probed model or probe this one')

@@ -54,8 +54,9 @@ def configured(plan) -> Costing:
       intra_latency_s=plan.intra_host_latency_ms / 1e3,
       nic_bytes_per_s=plan.link_bandwidth_gbps * 1e9 / 8,
       nic_latency_s=plan.link_latency_ms / 1e3)
-  return Costing(links=links,
-                 seconds_per_flop=1 / (plan.device_tflops * 1e12 * plan.device_utilization))
+  rate = plan.device_tflops * 1e12 * plan.device_utilization
+  # 0 TFLOP/s names no devices: run_mesh_plan refuses it; links alone are usable.
+  return Costing(links=links, seconds_per_flop=1 / rate if rate else 0.0)
 
 
 def cluster_devices(probe: dict) -> tuple[int, int]:
