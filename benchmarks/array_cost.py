@@ -38,11 +38,11 @@ BANDWIDTH_BYTES = (1 << 20, 16 << 20)  # the all-reduce's two message sizes
 
 
 def _fit(ks, extras):
-  """(fixed, per_operand) of extra = fixed + k x per_operand, least squares."""
-  n = len(ks)
-  mk, me = sum(ks) / n, sum(extras) / n
-  slope = sum((k - mk) * (e - me) for k, e in zip(ks, extras)) / sum((k - mk) ** 2 for k in ks)
-  return me - slope * mk, slope
+  """(fixed, per_operand) of extra = fixed + k x per_operand, as the probe
+  fits its step (probe/fit.py: relative residuals, both >= 0)."""
+  from probe import fit as fit_lib  # pylint: disable=g-import-not-at-top
+  fixed, per_operand, _ = fit_lib.fit_line(ks, [max(e, 1e-7) for e in extras])
+  return fixed, per_operand
 
 
 def worker(args) -> None:
@@ -125,9 +125,9 @@ def main():
     measured = json.load(f)
   n = measured['devices']
   from probe import step_cost  # pylint: disable=g-import-not-at-top
-  (small, large), (t_small, t_large) = BANDWIDTH_BYTES, measured['bandwidth']
-  algbw = (large - small) / (t_large - t_small)  # bytes/s of the fitted line
-  busbw = algbw * 2 * (n - 1) / n
+  from probe import fit as fit_lib  # pylint: disable=g-import-not-at-top
+  algbw = fit_lib.fit_latency_bandwidth(BANDWIDTH_BYTES, measured['bandwidth']).bytes_per_s
+  busbw = algbw * fit_lib.bus_factor('all_reduce', n)
   extras = {key: all_s - one_s for key, (all_s, one_s) in measured['times'].items()}
   narrow = WIDTHS[0]
   fixed, per_operand = _fit(OPERANDS, [extras[f'{narrow},{k}'] for k in OPERANDS])
