@@ -20,8 +20,11 @@ adds the same parameters, activations and collectives (plan.mesh_derive;
 tests/test_mesh_plan.py holds the derivation against full compiles). Each
 mesh climbs the memory ladder (remat, then accumulation) until its step fits
 plan.device_memory_gib. Writes plan.json; prints the answers and a table.
+Every compile is kept in the work dir (mesh_compiles.jsonl): planning again
+there for other memory or links reuses it.
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -43,6 +46,7 @@ from trainer import specs
 from trainer.engines import spmd
 
 PLAN_FILE = 'plan.json'
+COMPILES_FILE = 'mesh_compiles.jsonl'
 GIB = 2**30
 _SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops')
 
@@ -68,9 +72,10 @@ def full_depth(config) -> int:
 
 
 def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
-                      depth: int = 0, plan_links: mesh_cost.Links, dtype: str) -> dict:
+                      depth: int = 0, dtype: str) -> dict:
   """One compile of the train step for `candidate` (at `depth` blocks, if
-  given): its memory, FLOPs and the collectives' seconds on the links."""
+  given): its memory, FLOPs and collectives (op, bytes, arrays and the
+  devices of its first group), before any link costs them."""
   config = config.copy_and_resolve_references()
   config.engine = 'spmd'
   config.update_from_flattened_dict(candidate.config_values())
@@ -82,21 +87,70 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
   with exp.tracing_context():
     compiled = spmd.jit_train_step(exp).lower(exp.abstract_state, batch).compile()
   report = memory.report(compiled, exp.abstract_state)
-  comm = {}
+  collectives = []
   for op in hlo_collectives.collectives_in(compiled.as_text()):
     groups = op['groups'] or mesh_cost.device_groups_all(jax.device_count())
-    cost_op = mesh_cost.collective_s(op['op'], op['bytes'], groups, plan_links,
+    if len(groups[0]) > 1:
+      collectives.append({'op': op['op'], 'bytes': op['bytes'], 'operands': op['operands'],
+                          'group': groups[0]})
+  return {'peak': report.peak, 'params': report.params, 'opt_state': report.opt_state,
+          'temporaries': report.temporaries, 'flops': mfu.xla_flops(compiled),
+          'collectives': collectives}
+
+
+def costed(compiled: dict, plan_links: mesh_cost.Links) -> dict:
+  """A compile's terms with its collectives costed on the links, summed by
+  op and level (pure)."""
+  comm = {}
+  for op in compiled['collectives']:
+    cost_op = mesh_cost.collective_s(op['op'], op['bytes'], [op['group']], plan_links,
                                      op['operands'])
-    if cost_op['level'] == 'none':
-      continue
     key = f'{op["op"]} {cost_op["level"]}'
     entry = comm.setdefault(key, {'count': 0, 'bytes': 0, 'seconds': 0.0})
     entry['count'] += 1
     entry['bytes'] += op['bytes']
     entry['seconds'] += cost_op['seconds']
-  return {'peak': report.peak, 'params': report.params, 'opt_state': report.opt_state,
-          'temporaries': report.temporaries, 'flops': mfu.xla_flops(compiled),
-          'collectives': comm}
+  return {**{k: compiled[k] for k in _SUMMED}, 'collectives': comm}
+
+
+class CompileCache:
+  """The compiles of earlier plans in the same work dir (COMPILES_FILE, one
+  JSON line each), keyed by everything the compile depends on: the config
+  without its plan.* keys, the candidate, the depth, the dtype and the
+  device count. Re-planning the same model for other memory, links or a
+  probe compiles only what it has not compiled before."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, COMPILES_FILE)
+    self.entries, self.compiled, self.reused = {}, 0, 0
+    if os.path.exists(self.path):
+      with open(self.path) as f:
+        for line in f:
+          try:
+            entry = json.loads(line)
+          except json.JSONDecodeError:
+            continue  # a line cut short when a plan was killed: compiled again
+          self.entries[entry['key']] = entry['terms']
+
+  @staticmethod
+  def key(config, candidate: mc.Candidate, depth: int, dtype: str) -> str:
+    without_plan = {k: v for k, v in config.to_dict().items() if k != 'plan'}
+    fields = [without_plan, candidate.config_values(), depth, dtype, jax.device_count(),
+              jax.__version__]
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+  def get(self, config, candidate, num_classes, *, depth: int = 0, dtype: str) -> dict:
+    key = self.key(config, candidate, depth, dtype)
+    if key in self.entries:
+      self.reused += 1
+      return self.entries[key]
+    terms = compile_candidate(config, candidate, num_classes, depth=depth, dtype=dtype)
+    self.compiled += 1
+    self.entries[key] = terms
+    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    with open(self.path, 'a') as f:
+      f.write(json.dumps({'key': key, 'terms': terms}) + '\n')
+    return terms
 
 
 def derive(small: dict, larger: dict, small_depth: int, larger_depth: int,
@@ -114,16 +168,14 @@ def derive(small: dict, larger: dict, small_depth: int, larger_depth: int,
   return out
 
 
-def measure(config, candidate, num_classes, plan_links, dtype) -> dict:
+def measure(config, candidate, num_classes, plan_links, dtype, cache: CompileCache) -> dict:
   """The candidate's terms: compiled at full depth, or derived."""
   depth = full_depth(config)
-  kw = dict(plan_links=plan_links, dtype=dtype)
+  compiled = lambda d: costed(cache.get(config, candidate, num_classes, depth=d, dtype=dtype),
+                              plan_links)
   if config.plan.mesh_derive and depth > 2:
-    small = compile_candidate(config, candidate, num_classes, depth=1, **kw)
-    larger = compile_candidate(config, candidate, num_classes, depth=2, **kw)
-    return {**derive(small, larger, 1, 2, depth), 'derived_from_depths': [1, 2]}
-  return {**compile_candidate(config, candidate, num_classes, **kw),
-          'derived_from_depths': None}
+    return {**derive(compiled(1), compiled(2), 1, 2, depth), 'derived_from_depths': [1, 2]}
+  return {**compiled(0), 'derived_from_depths': None}
 
 
 def timed(terms: dict, costing: mesh_from_probe.Costing, plan) -> dict:
@@ -190,8 +242,10 @@ def run_mesh_plan(config, workdir: str) -> dict:
   starts = mc.first_rungs(n, config.batch_size, divides)
   if not starts:
     raise UsageError(f'batch_size={config.batch_size} divides over no mesh of {n} devices')
+  cache = CompileCache(workdir)
+
   def evaluate(candidate):
-    terms = measure(config, candidate, num_classes, plan_links, dtype)
+    terms = measure(config, candidate, num_classes, plan_links, dtype, cache)
     row = {'name': candidate.name(), **candidate.config_values(), **terms,
            **timed(terms, costing, plan), 'fits': terms['peak'] <= capacity}
     logging.info('%s: peak %.2f GiB, step %.4g ms', row['name'], row['peak'] / GIB,
@@ -226,6 +280,7 @@ def run_mesh_plan(config, workdir: str) -> dict:
                   'intra_host_latency_ms': plan.intra_host_latency_ms,
                   'overlap': plan.overlap},
       'fitting': rows, 'not_fitting': misses,
+      'compiles': {'compiled': cache.compiled, 'reused': cache.reused},
   }
   os.makedirs(workdir, exist_ok=True)
   if not rows:
@@ -254,7 +309,8 @@ def run_mesh_plan(config, workdir: str) -> dict:
   _write(workdir, result)
   lines = [f'{config.model.name} at {config.data.image_size} px, batch {config.batch_size} '
            f'over {n} devices ({n // plan_links.devices_per_host} host(s) of '
-           f'{plan_links.devices_per_host}), costed from {costing.source}:', *answers, '',
+           f'{plan_links.devices_per_host}), costed from {costing.source}; {cache.compiled} '
+           f'compile(s), {cache.reused} reused from {COMPILES_FILE}:', *answers, '',
            f'{"configuration":<44} {"step ms":>9} {"compute":>9} {"comm.":>9} {"peak GiB":>9}']
   lines += [f'{r["name"]:<44} {r["step_s"] * 1e3:>9.4g} {r["compute_s"] * 1e3:>9.4g} '
             f'{r["communication_s"] * 1e3:>9.4g} {r["peak"] / GIB:>9.3f}' for r in rows]

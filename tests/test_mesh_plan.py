@@ -96,11 +96,10 @@ def _tiny_vit(depth):
                                        mc.Candidate(4, 1, 2, shard_update=True, remat='dots')])
 def test_terms_derived_from_one_and_two_blocks_match_a_compile_of_four(candidate):
   links = mesh_from_probe.configured(_tiny_vit(4).plan).links
-  full = mesh_plan.compile_candidate(_tiny_vit(4), candidate, 10, plan_links=links,
-                                      dtype='bfloat16')
-  small, larger = (mesh_plan.compile_candidate(_tiny_vit(d), candidate, 10, plan_links=links,
-                                                 dtype='bfloat16')
-                   for d in (1, 2))
+  full, small, larger = (
+      mesh_plan.costed(mesh_plan.compile_candidate(_tiny_vit(d), candidate, 10,
+                                                   dtype='bfloat16'), links)
+      for d in (4, 1, 2))
   derived = mesh_plan.derive(small, larger, 1, 2, 4)
   for key in ('params', 'opt_state', 'flops'):
     assert derived[key] == pytest.approx(full[key], rel=1e-3), key
@@ -252,9 +251,35 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
     assert row['compute_s'] == pytest.approx(want), row['name']
     collectives = sum(c['seconds'] for c in row['collectives'].values())
     assert row['communication_s'] == pytest.approx(collectives + 5e-4), row['name']
+  # Planning again in the same work dir, for other memory, compiles nothing.
+  again = run_main(f'--workdir={tmp_path / "plan"}', *flags, '--config.plan.device_memory_gib=2',
+                   f'--config.plan.probe={tmp_path / "probe"}', env={'XLA_FLAGS': xla_flags(2)})
+  assert again.returncode == 0, again.stderr[-3000:]
+  with open(tmp_path / 'plan' / 'plan.json') as f:
+    replan = json.load(f)
+  assert replan['compiles'] == {'compiled': 0, 'reused': plan['compiles']['compiled']}
+  assert plan['compiles']['compiled'] > 0
+  assert [(r['name'], r['step_s'], r['peak']) for r in replan['fitting']] == [
+      (r['name'], r['step_s'], r['peak']) for r in rows]
   other = _probe(devices=2, per_host=2)
   other['model']['width'] = 192
   (tmp_path / 'probe' / 'probe.json').write_text(json.dumps(other))
   result = run_main(f'--workdir={tmp_path / "plan2"}', *flags,
                     f'--config.plan.probe={tmp_path / "probe"}', env={'XLA_FLAGS': xla_flags(2)})
   assert result.returncode == 2 and 'the probe timed' in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_compile_cache_line_cut_short_is_compiled_again(tmp_path):
+  good = {'key': 'k1', 'terms': {'peak': 1}}
+  (tmp_path / mesh_plan.COMPILES_FILE).write_text(json.dumps(good) + '\n{"key": "k2", "ter')
+  cache = mesh_plan.CompileCache(str(tmp_path))
+  assert cache.entries == {'k1': {'peak': 1}}
+  config = _tiny_vit(1)
+  candidate = mc.Candidate(1, 1, 1)
+  key = cache.key(config, candidate, 1, 'float32')
+  other = config.copy_and_resolve_references()
+  other.plan.device_memory_gib = 80  # plan.* keys do not change the compile
+  assert cache.key(other, candidate, 1, 'float32') == key
+  other.model.width = 64
+  assert cache.key(other, candidate, 1, 'float32') != key
+  assert cache.key(config, candidate, 2, 'float32') != key
