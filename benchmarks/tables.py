@@ -225,6 +225,25 @@ def mesh_check(records) -> list[Table]:
   return [(header, rows), (cells_header, cells)]
 
 
+def large_vit_plans(records) -> list[Table]:
+  """Per (model, devices, device): the mesh plan's answer and its terms."""
+  header = ['model', 'devices', 'device GB', 'budget GiB', 'global batch', 'fastest that fits',
+            'step ms', 'compute ms', 'comm. ms', 'peak GiB', 'fitting', 'compiles']
+  rows = []
+  for r in records:
+    best = r['best'] or {}
+    rows.append([r['model'], _f(r['devices'], 'd'), _f(r['device_gb'], 'g'),
+                 _f(r['budget_gib'], '.2f'), _f(r['global_batch'], 'd'),
+                 best.get('name', 'nothing fits'),
+                 _f(1e3 * best['step_s'], '.1f') if best else '',
+                 _f(1e3 * best['compute_s'], '.1f') if best else '',
+                 _f(1e3 * best['communication_s'], '.1f') if best else '',
+                 _f((best['peak'] if best else r['smallest_miss_peak']) / 2**30, '.2f'),
+                 _f(r['fitting'], 'd'),
+                 f"{r['compiles']['compiled']} + {r['compiles']['reused']} reused"])
+  return [(header, rows)]
+
+
 def array_cost(records) -> list[Table]:
   header = ['layout', 'hidden', 'arrays', 'gradient bytes', 'extra ms', 'predicted ms',
             'error']
@@ -383,4 +402,4 @@ TABLES = {f.__name__: f for f in (
     step_parts, memory_table, multiprocess, restore_memory, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
     test_suite, quickstart_run, plan_example, goodput_cost,
-    metrics_writer_import, mesh_check, array_cost)}
+    metrics_writer_import, mesh_check, array_cost, large_vit_plans)}
