@@ -47,6 +47,10 @@ from trainer.engines import spmd
 
 PLAN_FILE = 'plan.json'
 COMPILES_FILE = 'mesh_compiles.jsonl'
+# The plan reads the compiled program (its memory, FLOPs and collectives)
+# and never runs it: the CPU backend's code optimisations, about half of a
+# compile here, change none of those (tests/test_mesh_plan.py).
+PLAN_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 GIB = 2**30
 _SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops')
 
@@ -72,7 +76,8 @@ def full_depth(config) -> int:
 
 
 def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
-                      depth: int = 0, dtype: str) -> dict:
+                      depth: int = 0, dtype: str,
+                      compiler_options: dict = PLAN_COMPILER_OPTIONS) -> dict:
   """One compile of the train step for `candidate` (at `depth` blocks, if
   given): its memory, FLOPs and collectives (op, bytes, arrays and the
   devices of its first group), before any link costs them."""
@@ -85,7 +90,8 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
   exp = experiment.build_without_data(config, num_classes)
   batch = specs.batch_spec(config.batch_size, config.data.image_size, exp.batch_sharding)
   with exp.tracing_context():
-    compiled = spmd.jit_train_step(exp).lower(exp.abstract_state, batch).compile()
+    lowered = spmd.jit_train_step(exp).lower(exp.abstract_state, batch)
+    compiled = lowered.compile(compiler_options=compiler_options)
   report = memory.report(compiled, exp.abstract_state)
   collectives = []
   for op in hlo_collectives.collectives_in(compiled.as_text()):

@@ -283,3 +283,13 @@ def test_a_compile_cache_line_cut_short_is_compiled_again(tmp_path):
   other.model.width = 64
   assert cache.key(other, candidate, 1, 'float32') != key
   assert cache.key(config, candidate, 2, 'float32') != key
+
+
+def test_the_plans_fast_compile_reads_the_same_program_as_a_default_one():
+  candidate = mc.Candidate(2, 2, 2, shard_update=True)
+  fast, default_compile = (
+      mesh_plan.compile_candidate(_tiny_vit(1), candidate, 10, dtype='bfloat16',
+                                  compiler_options=options)
+      for options in (mesh_plan.PLAN_COMPILER_OPTIONS, {}))
+  assert fast == default_compile
+  assert fast['collectives'] and fast['peak'] > 0
