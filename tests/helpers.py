@@ -1,9 +1,11 @@
 """Shared by the tests: running main.py as a user would, and data sets."""
 
 import itertools
+import json
 import os
 import subprocess
 import sys
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,6 +23,31 @@ def run_main(*args: str, timeout: float = 600, env: dict | None = None,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   return subprocess.run(command, cwd=REPO, env=full_env, text=True,
                         capture_output=True, timeout=timeout)
+
+
+def run_main_many(invocations: list[list[str]], timeout: float = 600,
+                  env: dict | None = None) -> list[subprocess.CompletedProcess]:
+  """main.py on each argument list, as run_main runs it, in children forked
+  from one process that imported main.py once (tests/main_batch.py): for
+  many short invocations, such as bad flags that exit 2."""
+  full_env = dict(os.environ)
+  full_env['XLA_FLAGS'] = xla_flags(8)
+  full_env['TF_CPP_MIN_LOG_LEVEL'] = '3'
+  full_env.update(env or {})
+  with tempfile.TemporaryDirectory() as scratch:
+    results_path = os.path.join(scratch, 'results.json')
+    batch = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'tests', 'main_batch.py'), results_path],
+        cwd=REPO, env=full_env, text=True, capture_output=True, timeout=timeout, check=False,
+        input=json.dumps([[str(a) for a in args] for args in invocations]))
+    if batch.returncode:
+      raise RuntimeError(f'tests/main_batch.py failed: {batch.stderr[-3000:]}')
+    with open(results_path) as f:
+      results = json.load(f)
+  main_py = os.path.join(REPO, 'main.py')
+  return [subprocess.CompletedProcess([sys.executable, main_py, *args], r['returncode'],
+                                      r['stdout'], r['stderr'])
+          for args, r in zip(invocations, results)]
 
 
 def xla_flags(num_devices: int) -> str:

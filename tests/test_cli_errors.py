@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, run_main
+from tests.helpers import REPO, run_main, run_main_many
 from tests.test_end_to_end import tiny_synthetic_run_flags
 
 QUICK = '--config=configs/quickstart.py'
@@ -85,22 +85,45 @@ def _snapshot(directory):
           for name in os.listdir(directory)}
 
 
-@pytest.mark.parametrize('args,fragment', BAD_INVOCATIONS,
+@pytest.fixture(scope='module')
+def bad_invocations(tmp_path_factory):
+  """Each of BAD_INVOCATIONS run in a work dir holding a file of the
+  user's: (its result, the work dir's files before, after)."""
+  root = tmp_path_factory.mktemp('bad_invocations')
+  workdirs = []
+  for number in range(len(BAD_INVOCATIONS)):
+    workdir = root / str(number)
+    workdir.mkdir()
+    (workdir / 'keep.txt').write_text('user data')
+    workdirs.append((workdir, _snapshot(workdir)))
+  results = run_main_many([[f'--workdir={w}', *args]
+                           for (w, _), (args, _) in zip(workdirs, BAD_INVOCATIONS)])
+  return [(result, before, _snapshot(w), w) for result, (w, before) in zip(results, workdirs)]
+
+
+@pytest.mark.parametrize('number', range(len(BAD_INVOCATIONS)),
                          ids=[a[-1] for a, _ in BAD_INVOCATIONS])
-def test_bad_invocation_exits_2_with_one_line_naming_the_key(tmp_path, args, fragment):
-  workdir = tmp_path / 'run'
-  workdir.mkdir()
-  (workdir / 'keep.txt').write_text('user data')
-  before = _snapshot(workdir)
-
-  result = run_main(f'--workdir={workdir}', *args, timeout=120)
-
+def test_bad_invocation_exits_2_with_one_line_naming_the_key(bad_invocations, number):
+  result, before, after, _ = bad_invocations[number]
+  fragment = BAD_INVOCATIONS[number][1]
   assert result.returncode == 2, result.stderr
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert len(lines) == 1, result.stderr
   assert fragment in lines[0]
   assert 'Traceback' not in result.stderr
-  assert _snapshot(workdir) == before
+  assert after == before
+
+
+def test_a_batched_invocation_is_the_command_line_run_alone(tmp_path, bad_invocations):
+  """tests/main_batch.py's forked children answer as main.py run on its own."""
+  number = next(i for i, (args, _) in enumerate(BAD_INVOCATIONS)
+                if args[-1] == '--config.batch_size=12')  # needs the devices started
+  args = BAD_INVOCATIONS[number][0]
+  batched, _, _, batched_workdir = bad_invocations[number]
+  workdir = tmp_path / 'run'
+  alone = run_main(f'--workdir={workdir}', *args, timeout=120)
+  assert (alone.returncode, alone.stdout) == (batched.returncode, batched.stdout)
+  assert alone.stderr.replace(str(workdir), 'W') == batched.stderr.replace(str(batched_workdir), 'W')
 
 
 def _recipe(tmp_path, body):

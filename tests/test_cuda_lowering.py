@@ -5,7 +5,7 @@ jax lowers a program for another platform without its hardware
 recipe's experiment as a GPU run builds it (model.dtype and model.conv_form
 'auto' resolve as on a GPU: bfloat16 and XLA's convolution) with the
 project's own step builders and shardings, on 8 emulated devices, at tiny
-widths and 32 px, and lowers without compiling. What this catches before a
+widths and 32 px (28 for patches of 14), and lowers without compiling. What this catches before a
 GPU is at hand: an op that has no CUDA lowering or a custom call only the CPU
 provides, a float32 matmul or convolution in the bfloat16 path, and a
 sharding that does not carry over to the CUDA program. What only a GPU can
@@ -24,6 +24,7 @@ from cli import describe
 from configs import finetune_resnet50, finetune_vit_b16, folder, imagenet_resnet50, imagenet_resnet50_lars
 from configs import imagenet_vit_b16
 from configs import imagenet_vit_l16, quickstart
+from models import registry
 from trainer import evaluate
 from trainer import experiment
 from trainer import specs
@@ -72,20 +73,26 @@ CPU_ONLY_TARGET = re.compile(r'cpu|lapack|ducc|xnnpack|onednn|mkl', re.IGNORECAS
 Op = collections.namedtuple('Op', 'name operand_types location target')
 
 
+def image_size(model_name: str) -> int:
+  """IMAGE_SIZE, or the nearest size that patches of 14 tile (28)."""
+  return 28 if registry.size_problems(model_name, width=0, image_size=IMAGE_SIZE) else IMAGE_SIZE
+
+
 def _tiny_gpu_config(recipe, mesh, shard_update):
   config = recipe.get_config()
   config.data.source, config.data.augment = 'synthetic', 'none'
   config.data.num_synthetic_classes = NUM_CLASSES
   config.data.num_synthetic_examples = GLOBAL_BATCH
-  config.data.image_size = IMAGE_SIZE
+  config.data.image_size = image_size(config.model.name)
   config.batch_size = GLOBAL_BATCH
   is_vit = config.model.name.startswith('vit_')
-  config.model.width = 64 if is_vit else 8
+  if mesh is not None:
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh
+  # One head of 64 for each way the tensor axis splits them.
+  config.model.width = 64 * max(config.mesh.tensor, 1) if is_vit else 8
   config.model.depth = 1 if is_vit else 0
   # The recipes' batch-norm groups (32, 64) shrink to one group a device.
   config.model.bn_group_size = min(config.model.bn_group_size, GLOBAL_BATCH // 8)
-  if mesh is not None:
-    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh
   config.mesh.shard_update = shard_update
   return config
 
@@ -125,7 +132,7 @@ def lowered(request):
   """(the case's experiment, {'train': (ops, text), 'eval': (ops, text)}) of
   its steps lowered for CUDA."""
   exp = _build_as_on_a_gpu(_tiny_gpu_config(*CASES[request.param]))
-  batch = specs.batch_spec(GLOBAL_BATCH, IMAGE_SIZE, exp.batch_sharding)
+  batch = specs.batch_spec(GLOBAL_BATCH, exp.config.data.image_size, exp.batch_sharding)
   eval_batch = {**batch, 'mask': jax.ShapeDtypeStruct((GLOBAL_BATCH,), bool,
                                                        sharding=exp.batch_sharding)}
   steps = {}
