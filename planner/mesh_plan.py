@@ -98,9 +98,10 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
     groups = op['groups'] or mesh_cost.device_groups_all(jax.device_count())
     if len(groups[0]) > 1:
       collectives.append({'op': op['op'], 'bytes': op['bytes'], 'operands': op['operands'],
-                          'group': groups[0]})
+                          'group': groups[0], 'runs': op['runs']})
   return {'peak': report.peak, 'params': report.params, 'opt_state': report.opt_state,
-          'temporaries': report.temporaries, 'flops': mfu.xla_flops(compiled),
+          'temporaries': report.temporaries,
+          'flops': mfu.xla_flops(compiled, candidate.grad_accum),
           'collectives': collectives}
 
 
@@ -113,9 +114,10 @@ def costed(compiled: dict, plan_links: mesh_cost.Links) -> dict:
                                      op['operands'])
     key = f'{op["op"]} {cost_op["level"]}'
     entry = comm.setdefault(key, {'count': 0, 'bytes': 0, 'seconds': 0.0})
-    entry['count'] += 1
-    entry['bytes'] += op['bytes']
-    entry['seconds'] += cost_op['seconds']
+    # A collective in gradient accumulation's loop runs once a micro-batch.
+    entry['count'] += op['runs']
+    entry['bytes'] += op['runs'] * op['bytes']
+    entry['seconds'] += op['runs'] * cost_op['seconds']
   return {**{k: compiled[k] for k in _SUMMED}, 'collectives': comm}
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from cli import launcher
 from core.errors import EXIT_INPUT_STALLED, EXIT_PREEMPTED
-from tests.helpers import run_main, xla_flags
+from tests.helpers import run_main, run_main_many, xla_flags
 from tests.test_end_to_end import StderrLines, tiny_synthetic_run_flags
 from tests.test_launcher import launch
 from trainer import checkpointing
@@ -151,15 +151,26 @@ def test_under_launch_a_stop_while_every_process_waits_for_input_exits_75_and_re
   assert checkpointing.latest_step(workdir) == 8
 
 
-@pytest.mark.parametrize('key,value', [
+BAD_STALL_KEYS = [
     ('data.stall_timeout_s', '-1'), ('data.stall_timeout_s', 'nan'),
     ('data.stall_timeout_s', 'inf'), ('debug.stall_after_step', '-2'),
     ('debug.stall_for_s', '-0.5'), ('debug.stall_for_s', 'inf'), ('debug.stall_process', '-2'),
     ('runtime.stop_held_limit_s', '0.5'), ('runtime.stop_held_limit_s', 'nan'),
-    ('runtime.stop_held_limit_s', 'inf')])
-def test_a_bad_stall_key_exits_2_with_one_line_naming_it(tmp_path, key, value):
-  result = run_main(f'--workdir={tmp_path / "run"}', '--config=configs/quickstart.py',
-                    f'--config.{key}={value}', timeout=120)
+    ('runtime.stop_held_limit_s', 'inf')]
+
+
+@pytest.fixture(scope='module')
+def bad_stall_key_results(tmp_path_factory):
+  root = tmp_path_factory.mktemp('bad_stall_keys')
+  return run_main_many([[f'--workdir={root / str(n)}', '--config=configs/quickstart.py',
+                         f'--config.{key}={value}']
+                        for n, (key, value) in enumerate(BAD_STALL_KEYS)])
+
+
+@pytest.mark.parametrize('number', range(len(BAD_STALL_KEYS)),
+                         ids=[f'{k}={v}' for k, v in BAD_STALL_KEYS])
+def test_a_bad_stall_key_exits_2_with_one_line_naming_it(bad_stall_key_results, number):
+  result, key = bad_stall_key_results[number], BAD_STALL_KEYS[number][0]
   assert result.returncode == 2, result.stderr
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert len(lines) == 1 and key in lines[0], result.stderr

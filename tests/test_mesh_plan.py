@@ -293,3 +293,60 @@ def test_the_plans_fast_compile_reads_the_same_program_as_a_default_one():
       for options in (mesh_plan.PLAN_COMPILER_OPTIONS, {}))
   assert fast == default_compile
   assert fast['collectives'] and fast['peak'] > 0
+
+
+_LOOPS = """
+%inner_body (p: f32[8]) -> f32[8] {
+  %ar.2 = f32[8]{0} all-reduce(f32[8]{0} %p), replica_groups={{0,1}}, to_apply=%sum
+}
+%outer_body (p: f32[8]) -> f32[8] {
+  %ag = f32[8]{0} all-gather(f32[4]{0} %p), replica_groups={{0,1}}, dimensions={0}
+  %w2 = f32[8]{0} while(%p), condition=%c2, body=%inner_body, backend_config={"known_trip_count":{"n":"3"}}
+}
+%unknown_body (p: f32[8]) -> f32[8] {
+  %ar.3 = f32[8]{0} all-reduce(f32[8]{0} %p), replica_groups={{0,1}}, to_apply=%sum
+}
+ENTRY %main (x: f32[8]) -> f32[8] {
+  %ar.1 = f32[8]{0} all-reduce(f32[8]{0} %x), replica_groups={{0,1}}, to_apply=%sum
+  %w1 = f32[8]{0} while(%x), condition=%c1, body=%outer_body, backend_config={"known_trip_count":{"n":"2"}}
+  %w3 = f32[8]{0} while(%x), condition=%c3, body=%unknown_body
+}
+"""
+
+
+def test_a_collective_in_a_loop_runs_its_trip_count_times_its_callers():
+  runs = [(op['op'], op['runs']) for op in hlo_collectives.collectives_in(_LOOPS)]
+  # Inner: 3 trips inside 2; the loop of no known count: once.
+  assert runs == [('all-reduce', 6), ('all-gather', 2), ('all-reduce', 1), ('all-reduce', 1)]
+
+
+def test_accumulation_counts_its_loops_collectives_and_flops_once_a_micro_batch():
+  # 2 micro-batches of 2 images a device against one batch of 2 a device:
+  # the same gradient program, run twice. In bfloat16, the GPUs' dtype: in
+  # float32 XLA:CPU's count of the loop falls a third short of the one-batch
+  # program's (docs/mesh-planner.md).
+  links = mesh_from_probe.configured(_tiny_vit(1).plan).links
+  config = _tiny_vit(1)
+  config.batch_size = 16
+  raw = mesh_plan.compile_candidate(config, mc.Candidate(2, 2, 2, grad_accum=2), 10,
+                                    dtype='bfloat16')
+  accumulated = mesh_plan.costed(raw, links)
+  config.batch_size = 8
+  one = mesh_plan.costed(mesh_plan.compile_candidate(
+      config, mc.Candidate(2, 2, 2), 10, dtype='bfloat16'), links)
+  assert accumulated['flops'] == pytest.approx(2 * one['flops'], rel=0.02)
+  # The gathers of parameters leave the loop (they do not change in it);
+  # the activations' collectives stay in it and run once a micro-batch.
+  assert {op['runs'] for op in raw['collectives']} == {1, 2}
+  assert sum(c['count'] for c in accumulated['collectives'].values()) == sum(
+      op['runs'] for op in raw['collectives'])
+
+
+def test_the_trainers_flops_count_every_micro_batch():
+  from trainer import experiment, mfu  # pylint: disable=g-import-not-at-top
+  counts = []
+  for accum, batch in ((1, 8), (2, 16)):
+    config = _tiny_vit(1)
+    config.batch_size, config.grad_accum_steps = batch, accum
+    counts.append(mfu.train_step_flops(experiment.build_without_data(config, 10)))
+  assert counts[1] == pytest.approx(2 * counts[0], rel=0.02)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, run_main
+from tests.helpers import REPO, run_main, run_main_many
 
 TINY = ['--config=configs/quickstart.py', '--config.model.width=4',
         '--config.data.image_size=16', '--config.plan.repeats=1']
@@ -102,7 +102,8 @@ def test_a_study_resumes_without_redoing_cells_and_runs_both_engines(tmp_path, m
     assert os.path.exists(workdir / png)
 
 
-@pytest.mark.parametrize('args,fragment', [
+# (arguments, a fragment of the last line)
+BAD_INPUTS = [
     (['--mode=study', '--config.study.num_shards='], 'study.num_shards'),
     (['--mode=study', '--config.study.link_bandwidths_gbps=0'], 'study.link_bandwidths_gbps'),
     (['--mode=study', '--config.study.engines=ps,spmd'], 'study.engines'),
@@ -119,11 +120,22 @@ def test_a_study_resumes_without_redoing_cells_and_runs_both_engines(tmp_path, m
      'both give'),
     (['--mode=plan', '--config.plan.target=there'], 'plan.target'),
     (['--mode=plan', HERE, '--config.model.bn_group_size=128'], 'whole batch-norm groups'),
-], ids=['empty grid', 'study bandwidth', 'study engine', 'plan bandwidth', 'utilization',
-        'hosts', 'placement', 'nothing fits', 'no device named', 'here and a peak',
-        'two sources', 'bad target', 'no batch of whole groups'])
-def test_bad_plan_or_study_input_exits_2_with_one_line(tmp_path, args, fragment):
-  result = run_main(f'--workdir={tmp_path / "w"}', *TINY, *args)
+]
+BAD_INPUT_IDS = ['empty grid', 'study bandwidth', 'study engine', 'plan bandwidth',
+                 'utilization', 'hosts', 'placement', 'nothing fits', 'no device named',
+                 'here and a peak', 'two sources', 'bad target', 'no batch of whole groups']
+
+
+@pytest.fixture(scope='module')
+def bad_input_results(tmp_path_factory):
+  root = tmp_path_factory.mktemp('bad_inputs')
+  return run_main_many([[f'--workdir={root / str(n)}', *TINY, *args]
+                        for n, (args, _) in enumerate(BAD_INPUTS)])
+
+
+@pytest.mark.parametrize('number', range(len(BAD_INPUTS)), ids=BAD_INPUT_IDS)
+def test_bad_plan_or_study_input_exits_2_with_one_line(bad_input_results, number):
+  result, fragment = bad_input_results[number], BAD_INPUTS[number][1]
   assert result.returncode == 2, result.stderr[-3000:]
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert fragment in lines[-1] and 'Traceback' not in result.stderr

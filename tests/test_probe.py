@@ -333,10 +333,10 @@ def test_the_step_programs_collectives_are_read_from_hlo_text():
   %rs = f32[16]{0} reduce-scatter(f32[64]{0} %z), dimensions={0}
   """
   assert hlo_collectives.collectives_in(text) == [
-      {'op': 'all-reduce', 'operands': 1, 'bytes': 256, 'groups': [[0, 1]]},
+      {'op': 'all-reduce', 'operands': 1, 'bytes': 256, 'groups': [[0, 1]], 'runs': 1},
       {'op': 'all-reduce', 'operands': 2, 'bytes': 3 * 3 * 16 * 16 * 4 + 16 * 2,
-       'groups': None},
-      {'op': 'all-gather', 'operands': 1, 'bytes': 128, 'groups': None},
-      {'op': 'reduce-scatter', 'operands': 1, 'bytes': 64, 'groups': None},
+       'groups': None, 'runs': 1},
+      {'op': 'all-gather', 'operands': 1, 'bytes': 128, 'groups': None, 'runs': 1},
+      {'op': 'reduce-scatter', 'operands': 1, 'bytes': 64, 'groups': None, 'runs': 1},
   ]
 

@@ -67,18 +67,60 @@ def replica_groups(line: str) -> list[list[int]] | None:
   return None
 
 
+_COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) .*\{\s*$')
+_CALLED = re.compile(r'(body|condition|to_apply|calls|branch_computations|called_computations)'
+                     r'=\{?((?:%[\w.\-]+(?:, )?)+)\}?')
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"([0-9]+)"\}')
+
+
+def runs_per_step(hlo_text: str) -> dict[str, int]:
+  """How many times each computation of a compiled program runs in one call
+  of it (pure): the entry once; a while loop's body as often as the loop's
+  known trip count (XLA annotates the loops it counted, e.g. the scan of
+  gradient accumulation) times its caller's; any other called computation as
+  often as its caller. A loop of unknown count is counted once."""
+  calls = {}  # caller -> [(callee, times)]
+  entry, current = None, None
+  for line in hlo_text.splitlines():
+    head = _COMPUTATION.match(line)
+    if head and not line.startswith(' '):
+      current = head[1]
+      entry = current if line.startswith('ENTRY') else entry
+      continue
+    for kind, names in _CALLED.findall(line):
+      trips = _TRIP_COUNT.search(line)
+      times = int(trips[1]) if kind == 'body' and trips else 1
+      for name in re.findall(r'%([\w.\-]+)', names):
+        calls.setdefault(current, []).append((name, times))
+  runs = {}
+  pending = [(entry, 1)] if entry else []
+  while pending:
+    name, times = pending.pop()
+    runs[name] = runs.get(name, 0) + times
+    pending += [(callee, times * n) for callee, n in calls.get(name, [])]
+  return runs
+
+
 def collectives_in(hlo_text: str) -> list[dict]:
-  """[{'op', 'operands', 'bytes', 'groups'}] of each collective in a compiled
-  program's HLO text, in program order (pure: tests feed it text). XLA
-  combines many arrays into one collective of a tuple; `operands` counts
+  """[{'op', 'operands', 'bytes', 'groups', 'runs'}] of each collective in a
+  compiled program's HLO text, in program order (pure: tests feed it text).
+  XLA combines many arrays into one collective of a tuple; `operands` counts
   them, since a collectives library may move each on its own (gloo does, at
   one latency each). `bytes` are the result's on one device; `groups` the
-  devices that take part together (replica_groups), None for all."""
+  devices that take part together (replica_groups), None for all; `runs`
+  how many times it runs in one call of the program (runs_per_step: a
+  collective inside gradient accumulation's loop runs once a micro-batch)."""
+  runs = runs_per_step(hlo_text)
   found = []
+  current = None
   for line in hlo_text.splitlines():
+    head = _COMPUTATION.match(line)
+    if head and not line.startswith(' '):
+      current = head[1]
+      continue
     match = _OP.search(line)
     if match:
       arrays = _shape_arrays(match['shape'], match['op'])
       found.append({'op': match['op'], 'operands': len(arrays), 'bytes': sum(arrays),
-                    'groups': replica_groups(line)})
+                    'groups': replica_groups(line), 'runs': runs.get(current, 1)})
   return found

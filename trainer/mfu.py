@@ -37,7 +37,7 @@ def train_step_flops(exp) -> float:
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                           exp.abstract_state)
   with exp.tracing_context():
-    return xla_flops(fn.lower(abstract, batch_spec))
+    return xla_flops(fn.lower(abstract, batch_spec), exp.config.grad_accum_steps)
 
 
 def step_flops(exp, engine) -> float:
@@ -47,13 +47,18 @@ def step_flops(exp, engine) -> float:
   return getattr(engine, 'flops_per_step', None) or train_step_flops(exp)
 
 
-def xla_flops(program) -> float:
+def xla_flops(program, grad_accum_steps: int = 1) -> float:
   """XLA's FLOPs of a program's cost analysis: of the whole program when it
-  is lowered (not yet partitioned), of one device's part when compiled."""
+  is lowered (not yet partitioned), of one device's part when compiled.
+
+  XLA counts a loop's body once, and a step of k micro-batches runs its
+  gradient in a loop of k (trainer/step_functions.py): the step's FLOPs are
+  k times the count, less k - 1 optimiser updates counted too many, which
+  are elementwise and a small share beside the gradient's matmuls."""
   cost = program.cost_analysis()
   if isinstance(cost, (list, tuple)):  # older jax: one dict per program
     cost = cost[0]
-  return float(cost.get('flops', 0.0))
+  return float(cost.get('flops', 0.0)) * grad_accum_steps
 
 
 def measured_peak_flops(devices, dtype, repeats: int = 10) -> float:

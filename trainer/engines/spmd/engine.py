@@ -56,7 +56,8 @@ def compile_train_step(exp):
   # The model's FLOPs for MFU (trainer/mfu.py) count convolutions in XLA's
   # form; in that form this program's own count is the one, with no second
   # trace.
-  flops = mfu.xla_flops(lowered) if exp.model.conv_form == 'xla' else None
+  flops = (mfu.xla_flops(lowered, exp.config.grad_accum_steps)
+           if exp.model.conv_form == 'xla' else None)
   return compiled, flops
 
 
