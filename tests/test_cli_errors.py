@@ -152,29 +152,38 @@ BAD_FILES = {
 }
 
 
+@pytest.fixture(scope='module')
+def bad_files(tmp_path_factory):
+  """Each case of BAD_FILES: (its result, the file named, the work dir's
+  files before, after)."""
+  cases = []
+  for case, (make, _) in BAD_FILES.items():
+    root = tmp_path_factory.mktemp('bad_file')
+    (root / 'saved').mkdir()
+    (root / 'saved' / 'config.json').write_text('{}')
+    workdir = root / 'run'
+    workdir.mkdir()
+    what, content = make(root)
+    if what == '--config':
+      args, named = [f'--config={content}'], str(content)
+    else:  # the work dir's own config.json
+      (workdir / what).write_bytes(content)
+      args, named = [], str(workdir / what)
+    cases.append((case, workdir, [f'--workdir={workdir}', *args], named, _snapshot(workdir)))
+  results = run_main_many([args for _, _, args, _, _ in cases])
+  return {case: (result, named, before, _snapshot(workdir))
+          for (case, workdir, _, named, before), result in zip(cases, results)}
+
+
 @pytest.mark.parametrize('case', BAD_FILES)
-def test_a_bad_recipe_or_saved_config_exits_2_with_one_line_naming_the_file(
-    tmp_path, case):
-  make, fragment = BAD_FILES[case]
-  (tmp_path / 'saved').mkdir()
-  (tmp_path / 'saved' / 'config.json').write_text('{}')
-  workdir = tmp_path / 'run'
-  workdir.mkdir()
-  what, content = make(tmp_path)
-  if what == '--config':
-    args, named = [f'--config={content}'], str(content)
-  else:  # the work dir's own config.json
-    (workdir / what).write_bytes(content)
-    args, named = [], str(workdir / what)
-  before = _snapshot(workdir)
-
-  result = run_main(f'--workdir={workdir}', *args, timeout=120)
-
+def test_a_bad_recipe_or_saved_config_exits_2_with_one_line_naming_the_file(bad_files, case):
+  result, named, before, after = bad_files[case]
+  fragment = BAD_FILES[case][1]
   assert result.returncode == 2, result.stderr
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert len(lines) == 1, result.stderr
   assert named in lines[0] and fragment in lines[0]
-  assert _snapshot(workdir) == before
+  assert after == before
 
 
 def test_missing_workdir_flag_exits_2():

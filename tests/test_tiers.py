@@ -41,6 +41,7 @@ def test_this_test_carries_its_tier_alone(request):
 
 @pytest.mark.parametrize('source, tier', [
     ('from tests.helpers import run_main\n\ndef test_x():\n  run_main("--list=models")\n', 'e2e'),
+    ('from tests.helpers import run_main_many\n\ndef test_x():\n  run_main_many([[]])\n', 'e2e'),
     ("import os\nfrom tests.helpers import REPO\n\ndef test_x():\n"
      "  cmd = [os.path.join(REPO, 'launch.py'), '--processes=2']\n", 'e2e'),
     ("import os\nfrom tests.helpers import REPO\n\ndef test_x():\n"

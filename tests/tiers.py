@@ -1,7 +1,8 @@
 """Which tier a test module belongs to: e2e, repo or unit (one each).
 
   e2e   starts main.py or launch.py as a process (tests/helpers.py's
-        run_main, or the script's path under the repository) and checks
+        run_main or run_main_many, or the script's path under the
+        repository) and checks
         what a user would see: exit codes, output, work dirs.
   repo  reads the repository's own files to hold them true: the docs, the
         pins, the layers, the citations, the committed results. Listed by
@@ -33,9 +34,10 @@ REPO_CHECKS = frozenset({
     'test_tiers',
 })
 
-# What starts main.py or launch.py: helpers.run_main, or the script's path.
+# What starts main.py or launch.py: helpers.run_main or run_main_many, or
+# the script's path.
 _STARTS_MAIN = re.compile(
-    r"\brun_main\(|os\.path\.join\(REPO, '(?:main|launch)\.py'\)")
+    r"\brun_main(?:_many)?\(|os\.path\.join\(REPO, '(?:main|launch)\.py'\)")
 
 
 def tier_of(path: str) -> str:
