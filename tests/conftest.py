@@ -57,10 +57,21 @@ def shapes_dir():
     return shapes.ensure(root)
 
 
+# The modules that take longest (pytest --durations on 2 cores), longest
+# first. pytest-xdist hands out whole modules (--dist loadfile) in the
+# order they are collected: starting these first keeps a long module from
+# being the last one left while the other workers wait.
+LONGEST_FIRST = ('test_launcher', 'test_end_to_end', 'test_input_stall', 'test_transfer',
+                 'test_ps_end_to_end', 'test_failures', 'test_mesh_plan',
+                 'test_allreduce_engine', 'test_plan_and_study', 'test_paper_recipes')
+
+
 def pytest_collection_modifyitems(config, items):
   """Every test gets its module's tier (tests/tiers.py): `pytest -m unit`
-  runs the unit tests alone."""
+  runs the unit tests alone. The LONGEST_FIRST modules come first."""
   del config
+  rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable
   from tests import tiers  # pylint: disable=g-import-not-at-top
   tier_by_path = {}
   for item in items:
