@@ -12,13 +12,15 @@ budget docs/gpus.md uses (benchmarks/memory_table.py's budget_gib: 90% of
 the device, the trainer's GPU pool, less a 10% margin: 60.35 GiB of an 80
 GB GPU, 106.37 GiB of a 141 GB one). Each (model, devices) pair plans in one
 work dir, so the second device memory reuses the first's compiles
-(mesh_compiles.jsonl). One record per plan: the fastest mesh that fits and
+(mesh_compiles.jsonl); --workdirs=DIR keeps those dirs, and a later run
+with the same DIR reuses every compile they hold. One record per plan: the fastest mesh that fits and
 its terms, the runners-up, the command that runs it, and how many compiles
 it took, with the provenance of benchmarks/provenance.py. Nothing here runs
 on a GPU: step times are predictions from FLOPs and link rates.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -70,11 +72,25 @@ def record(args: list[str], capacity_gb: float, plan: dict, returncode: int,
           'error': stderr.strip().splitlines()[-1] if returncode else None}
 
 
+@contextlib.contextmanager
+def _workdir(root: str, name: str):
+  if not root:
+    with tempfile.TemporaryDirectory() as workdir:
+      yield workdir
+    return
+  workdir = os.path.join(root, name)
+  os.makedirs(workdir, exist_ok=True)
+  yield workdir
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--models', default=','.join(MODELS))
   parser.add_argument('--devices', default=','.join(map(str, DEVICES)))
   parser.add_argument('--capacities_gb', default=','.join(map(str, CAPACITIES_GB)))
+  parser.add_argument('--workdirs', default='', metavar='DIR',
+                      help='keep each (model, devices) work dir under DIR, so that a '
+                           'later run there reuses its compiles; default: temporary')
   provenance.add_out_argument(parser)
   args = parser.parse_args()
   results = provenance.Results(args.out)
@@ -82,7 +98,7 @@ def main() -> None:
     for devices in map(int, args.devices.split(',')):
       env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3',
                  XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
-      with tempfile.TemporaryDirectory() as workdir:
+      with _workdir(args.workdirs, f'{model}_{devices}') as workdir:
         for capacity in map(float, args.capacities_gb.split(',')):
           main_args = plan_args(model, devices, budget_gib(capacity))
           run = subprocess.run([sys.executable, 'main.py', f'--workdir={workdir}', *main_args],
