@@ -210,12 +210,15 @@ def _why_slower(row: dict, best: dict) -> str:
 
 
 def _command(row: dict) -> str:
-  """main.py with the run's --config and the row's mesh, remat and accumulation."""
+  """main.py with the run's --config, its other --config.KEY overrides (not
+  plan.* nor the row's own keys), and the row's mesh, remat and accumulation."""
   config_arg = next((a for a in sys.argv if a.startswith('--config=')), '--config=CONFIG')
   keys = mc.Candidate(1, 1, 1).config_values()
+  owned = tuple(f'--config.{k}=' for k in keys) + ('--config.plan.',)
+  kept = [a for a in sys.argv[1:] if a.startswith('--config.') and not a.startswith(owned)]
   values = ' '.join(f'--config.{k}={str(row[k]).lower() if isinstance(row[k], bool) else row[k]}'
                     for k in keys)
-  return f'python main.py {config_arg} --workdir=DIR {values}'
+  return ' '.join(['python main.py', config_arg, '--workdir=DIR', *kept, values])
 
 
 def run_mesh_plan(config, workdir: str) -> dict:

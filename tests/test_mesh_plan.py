@@ -243,6 +243,9 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
       'data=2', 'data=2 + ZeRO-1', 'fsdp=2', 'tensor=2'])
   assert plan['best'] == rows[0]['name'] and not plan['not_fitting']
   assert f'--config.mesh.data={rows[0]["mesh.data"]}' in plan['command']
+  # The run's own overrides stay in the command; the plan's keys do not.
+  assert '--config.model.width=128 --config.model.depth=2' in plan['command']
+  assert '--config.batch_size=16' in plan['command'] and '--config.plan.' not in plan['command']
   assert 'fastest that fits: ' + rows[0]['name'] in result.stdout
   assert plan['costed_from'] == 'probe' and plan['dtype'] == 'float32'
   for row in rows:
