@@ -53,7 +53,13 @@ CASES = {
     'quickstart fsdp=8': (quickstart, (1, 8, 1), False),
     'quickstart fsdp=4 x tensor=2': (quickstart, (1, 4, 2), False),
     'vit_l16 fsdp=4 x tensor=2': (imagenet_vit_l16, (1, 4, 2), False),
+    'vit_g14 fsdp=8': (imagenet_vit_l16, (1, 8, 1), False),
+    'vit_bigg14 data=2 x fsdp=2 x tensor=2': (imagenet_vit_l16, (2, 2, 2), True),
 }
+# Cases of another model than the recipe's: the ViT-L/16 recipe's training
+# of the large ViTs (patches of 14, at 28 px), which have no recipe mesh.
+MODEL_OF_CASE = {'vit_g14 fsdp=8': 'vit_g14',
+                 'vit_bigg14 data=2 x fsdp=2 x tensor=2': 'vit_bigg14'}
 # Where the bfloat16 path meets float32 operands, and why; every other
 # matmul and convolution of a step takes bfloat16 operands.
 # - The classifier head computes in float32 on purpose (models/resnet.py,
@@ -78,8 +84,9 @@ def image_size(model_name: str) -> int:
   return 28 if registry.size_problems(model_name, width=0, image_size=IMAGE_SIZE) else IMAGE_SIZE
 
 
-def _tiny_gpu_config(recipe, mesh, shard_update):
+def _tiny_gpu_config(recipe, mesh, shard_update, model=None):
   config = recipe.get_config()
+  config.model.name = model or config.model.name
   config.data.source, config.data.augment = 'synthetic', 'none'
   config.data.num_synthetic_classes = NUM_CLASSES
   config.data.num_synthetic_examples = GLOBAL_BATCH
@@ -131,7 +138,8 @@ def _lower_for_cuda(jitted, *args):
 def lowered(request):
   """(the case's experiment, {'train': (ops, text), 'eval': (ops, text)}) of
   its steps lowered for CUDA."""
-  exp = _build_as_on_a_gpu(_tiny_gpu_config(*CASES[request.param]))
+  exp = _build_as_on_a_gpu(_tiny_gpu_config(*CASES[request.param],
+                                            MODEL_OF_CASE.get(request.param)))
   batch = specs.batch_spec(GLOBAL_BATCH, exp.config.data.image_size, exp.batch_sharding)
   eval_batch = {**batch, 'mask': jax.ShapeDtypeStruct((GLOBAL_BATCH,), bool,
                                                        sharding=exp.batch_sharding)}
