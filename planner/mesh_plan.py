@@ -48,8 +48,8 @@ from trainer.engines import spmd
 PLAN_FILE = 'plan.json'
 COMPILES_FILE = 'mesh_compiles.jsonl'
 # The plan reads the compiled program (its memory, FLOPs and collectives)
-# and never runs it: the CPU backend's code optimisations, about half of a
-# compile here, change none of those (tests/test_mesh_plan.py).
+# and never runs it: the CPU backend's code optimisations, a large share of
+# a compile on the CPU, change none of those (tests/test_mesh_plan.py).
 PLAN_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 GIB = 2**30
 _SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops')

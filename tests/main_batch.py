@@ -6,10 +6,9 @@ Reads a JSON list of argument lists (what follows `main.py` on a command
 line), imports main.py once, then for each list forks a child that runs
 main.py's `app.run` on it with its standard output and error sent to files
 of its own, and writes a JSON list of {returncode, stdout, stderr} to
-RESULTS.json. The
-children share the import (seconds of CPU each as separate processes) and
-nothing else: each parses its own flags and starts its own runtime, in a
-process of its own. tests/helpers.py's run_main_many calls it for the
+RESULTS.json. The children share the import (seconds of CPU each as
+separate processes) and nothing else: each parses its own flags and starts
+its own runtime, in a process of its own. tests/helpers.py's run_main_many calls it for the
 tests that run many short invocations (bad flags, bad files).
 """
 
