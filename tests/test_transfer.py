@@ -55,8 +55,8 @@ def pretrained(tmp_path_factory, shapes_dir):
   workdir = str(root / 'pretrain')
   data = _subset(shapes_dir, root / 'first', _FIRST)
   flags = _flags('configs/quickstart.py', **_MODEL, **{
-      'data.source': 'folder', 'data.dir': data, 'num_train_steps': 60,
-      'eval_every_steps': 60, 'checkpoint.every_steps': 60, 'log_every_steps': 20})
+      'data.source': 'folder', 'data.dir': data, 'num_train_steps': 40,
+      'eval_every_steps': 40, 'checkpoint.every_steps': 40, 'log_every_steps': 20})
   result = run_main(f'--workdir={workdir}', *flags)
   assert result.returncode == 0, result.stderr[-3000:]
   out = str(root / 'timm')
@@ -79,5 +79,6 @@ def test_fine_tuning_from_exported_weights_beats_the_same_recipe_from_scratch(
   assert scratch.returncode == 0, scratch.stderr[-3000:]
   tuned_loss, scratch_loss = _eval_loss(tmp_path / 'tuned'), _eval_loss(tmp_path / 'scratch')
   # Five classes: a model that knows nothing scores log(5) = 1.61. In a run
-  # here the fine-tuned model scored 0.62 and the one from scratch 1.61.
+  # here, after 40 steps of pretraining, the fine-tuned model scored 0.77
+  # and the one from scratch 1.61.
   assert tuned_loss < 0.75 * scratch_loss, (tuned_loss, scratch_loss)
