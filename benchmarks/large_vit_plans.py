@@ -8,7 +8,7 @@ hosts of 8 H100-class GPUs (CLUSTER: 989 TFLOP/s bfloat16 peak at the
 default 40% utilisation, NVLink at 3600 Gbit/s per direction, eight 400
 Gbit/s NICs a host), runs `--mode=plan --config.plan.parallelism=mesh` with
 the devices emulated on this CPU. A step fits when its peak is within the
-budget docs/gpus.md uses (benchmarks/memory_table.py's budget_gib: 90% of
+budget docs/gpus.md uses (cli/gpu_settings.py's budget_gib: 90% of
 the device, the trainer's GPU pool, less a 10% margin: 60.35 GiB of an 80
 GB GPU, 106.37 GiB of a 141 GB one). Each (model, devices) pair plans in one
 work dir, so the second device memory reuses the first's compiles
@@ -30,8 +30,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import provenance
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import memory_table  # benchmarks/memory_table.py: the GPU budget
+from cli import gpu_settings
 
 MODELS = ('vit_h14', 'vit_g14', 'vit_bigg14')
 DEVICES = (8, 64)
@@ -46,7 +45,8 @@ _KEPT = ('name', 'step_s', 'compute_s', 'communication_s', 'peak', 'params', 'op
 
 
 def budget_gib(capacity_gb: float) -> float:
-  return round(memory_table.budget_gib(capacity_gb, memory_table.MEM_FRACTION, MARGIN), 2)
+  fraction = float(gpu_settings.MEMORY_FRACTION[1])
+  return round(gpu_settings.budget_gib(capacity_gb, fraction, MARGIN), 2)
 
 
 def plan_args(model: str, devices: int, memory_gib: float) -> list[str]:

@@ -57,7 +57,6 @@ RECIPES = {'resnet50': imagenet_resnet50, 'vit_b16': imagenet_vit_b16,
 MESHES = {'data=8': (8, 1, 1), 'fsdp=8': (1, 8, 1), 'fsdp=4 x tensor=2': (1, 4, 2)}
 NUM_DEVICES = 8
 GIB = 2**30
-GB = 10**9
 # The share of a GPU's memory that the trainer's GPU runs let JAX's
 # allocator take (runtime.gpu_defaults; JAX's own default is 0.75); the rest
 # holds the CUDA context and what NCCL and the CUDA libraries allocate
@@ -137,12 +136,6 @@ def affine_fit(rows: list[dict]) -> dict:
           'fit_max_residual_fraction': float(np.abs(residuals / y).max())}
 
 
-def budget_gib(capacity_gb: float, mem_fraction: float, margin: float) -> float:
-  """What a step's peak may reach on a device of capacity_gb (10^9 bytes):
-  the allocator's pool less the margin."""
-  return capacity_gb * GB * mem_fraction * (1 - margin) / GIB
-
-
 def largest_fitting_batch(fit: dict, budget: float, multiple: int = 1) -> int:
   """The fit's largest batch per device within budget, rounded down to a
   multiple of `multiple` (a recipe's batch-norm groups, each on one device)."""
@@ -177,7 +170,7 @@ def fit_recipe(name: str, batches: list[int], capacities_gb: list[float], *,
   fit = affine_fit(rows)
   fits = []
   for capacity in capacities_gb:
-    budget = budget_gib(capacity, mem_fraction, margin)
+    budget = gpu_settings.budget_gib(capacity, mem_fraction, margin)
     group = RECIPES[name].get_config().model.bn_group_size or 1
     batch = largest_fitting_batch(fit, budget, group)
     predicted = fit['peak_intercept_gib'] + fit['peak_slope_gib_per_example'] * batch

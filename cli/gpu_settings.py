@@ -35,6 +35,12 @@ XLA_GPU_FLAGS = (
 MEMORY_FRACTION = ('XLA_CLIENT_MEM_FRACTION', '0.9', 'JAX-Toolbox GPU performance guide')
 MEMORY_FRACTION_NAMES = ('XLA_CLIENT_MEM_FRACTION', 'XLA_PYTHON_CLIENT_MEM_FRACTION')
 
+
+def budget_gib(capacity_gb: float, mem_fraction: float, margin: float) -> float:
+  """What a step's peak may reach on a GPU of capacity_gb (10^9 bytes), in
+  GiB: the allocator's pool (mem_fraction of the GPU) less `margin` of it."""
+  return capacity_gb * 10**9 * mem_fraction * (1 - margin) / 2**30
+
 # The JAX GPU performance tips: these "could improve single-host
 # communication speed" and "don't seem useful for multi-host communication
 # yet"; so only a job whose processes share one host gets them.

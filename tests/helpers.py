@@ -13,10 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_main(*args: str, timeout: float = 600, env: dict | None = None,
              background: bool = False):
   """Runs `python main.py ARGS` from the repository root with 8 CPU devices."""
-  full_env = dict(os.environ)
-  full_env['XLA_FLAGS'] = xla_flags(8)
-  full_env['TF_CPP_MIN_LOG_LEVEL'] = '3'
-  full_env.update(env or {})
+  full_env = _main_env(env)
   command = [sys.executable, os.path.join(REPO, 'main.py'), *args]
   if background:
     return subprocess.Popen(command, cwd=REPO, env=full_env, text=True,
@@ -30,10 +27,7 @@ def run_main_many(invocations: list[list[str]], timeout: float = 600,
   """main.py on each argument list, as run_main runs it, in children forked
   from one process that imported main.py once (tests/main_batch.py): for
   many short invocations, such as bad flags that exit 2."""
-  full_env = dict(os.environ)
-  full_env['XLA_FLAGS'] = xla_flags(8)
-  full_env['TF_CPP_MIN_LOG_LEVEL'] = '3'
-  full_env.update(env or {})
+  full_env = _main_env(env)
   with tempfile.TemporaryDirectory() as scratch:
     results_path = os.path.join(scratch, 'results.json')
     batch = subprocess.run(
@@ -48,6 +42,13 @@ def run_main_many(invocations: list[list[str]], timeout: float = 600,
   return [subprocess.CompletedProcess([sys.executable, main_py, *args], r['returncode'],
                                       r['stdout'], r['stderr'])
           for args, r in zip(invocations, results)]
+
+
+def _main_env(env: dict | None) -> dict:
+  """This environment with 8 CPU devices and TensorFlow quiet, then `env`."""
+  full_env = dict(os.environ, XLA_FLAGS=xla_flags(8), TF_CPP_MIN_LOG_LEVEL='3')
+  full_env.update(env or {})
+  return full_env
 
 
 def xla_flags(num_devices: int) -> str:
