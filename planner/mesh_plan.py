@@ -18,8 +18,10 @@ A ViT deeper than two blocks is compiled at one and at two blocks and every
 term (bytes, FLOPs, seconds) extrapolated linearly to its depth: each block
 adds the same parameters, activations and collectives (plan.mesh_derive;
 tests/test_mesh_plan.py holds the derivation against full compiles). Each
-mesh climbs the memory ladder (remat, then accumulation) until its step fits
-plan.device_memory_gib. Writes plan.json; prints the answers and a table.
+mesh's entry is the first rung of the memory ladder (remat, then
+accumulation) whose step fits plan.device_memory_gib, found with few
+compiles and skipped for meshes that cannot be among the fastest
+(planner/mesh_search.py). Writes plan.json; prints the answers and a table.
 Every compile is kept in the work dir (mesh_compiles.jsonl): planning again
 there for other memory or links reuses it.
 """
@@ -38,6 +40,7 @@ from models import vit
 from planner import mesh_candidates as mc
 from planner import mesh_cost
 from planner import mesh_from_probe
+from planner import mesh_search
 from trainer import hlo_collectives
 from trainer import experiment
 from trainer import memory
@@ -52,6 +55,8 @@ COMPILES_FILE = 'mesh_compiles.jsonl'
 # a compile on the CPU, change none of those (tests/test_mesh_plan.py).
 PLAN_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 GIB = 2**30
+# The plan answers the fastest entry and the next two, exactly (mesh_search).
+_ANSWERED = 3
 _SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops')
 
 
@@ -263,20 +268,8 @@ def run_mesh_plan(config, workdir: str) -> dict:
                  row['step_s'] * 1e3)
     return row
 
-  rows, misses = [], []
-  for start in starts:
-    ladder = mc.rungs(start, config.batch_size)
-    first = evaluate(ladder[0])
-    if first['fits'] or len(ladder) == 1:
-      (rows if first['fits'] else misses).append(first)
-      continue
-    # The last rung needs the least memory: when it does not fit, none does.
-    last = evaluate(ladder[-1])
-    if not last['fits']:
-      misses.append(last)
-      continue
-    rows.append(next((row for row in map(evaluate, ladder[1:-1]) if row['fits']), last))
-  rows.sort(key=lambda r: r['step_s'])
+  rows, misses, not_climbed = mesh_search.climb(starts, config.batch_size, evaluate,
+                                                 keep=_ANSWERED)
   result = {
       'model': config.model.name, 'image_size': config.data.image_size,
       'global_batch': config.batch_size, 'dtype': dtype,
@@ -290,7 +283,7 @@ def run_mesh_plan(config, workdir: str) -> dict:
                   'intra_host_gbps': plan.intra_host_gbps,
                   'intra_host_latency_ms': plan.intra_host_latency_ms,
                   'overlap': plan.overlap},
-      'fitting': rows, 'not_fitting': misses,
+      'fitting': rows, 'not_fitting': misses, 'not_climbed': not_climbed,
       'compiles': {'compiled': cache.compiled, 'reused': cache.reused},
   }
   os.makedirs(workdir, exist_ok=True)
@@ -308,12 +301,16 @@ def run_mesh_plan(config, workdir: str) -> dict:
              f'{best["communication_s"] * 1e3:.4g} ms), peak {best["peak"] / GIB:.2f} GiB '
              'per device',
              f'run it: {_command(best)}']
-  for row in rows[1:3]:
+  for row in rows[1:_ANSWERED]:
     answers.append(f'next: {row["name"]}, {row["step_s"] * 1e3:.4g} ms '
                    f'({_why_slower(row, best)})')
   for row in misses:
     answers.append(f'does not fit: {row["name"]}, peak {row["peak"] / GIB:.2f} GiB '
                    f'(temporaries {row["temporaries"] / GIB:.2f} GiB)')
+  if not_climbed:
+    answers.append(f'not climbed: {len(not_climbed)} mesh(es) whose first rung is already '
+                   f'slower than the {_ANSWERED} fastest entries (from '
+                   f'{min(r["step_s"] for r in not_climbed) * 1e3:.4g} ms)')
   result['best'] = best['name']
   result['command'] = _command(best)
   result['answers'] = answers

@@ -128,10 +128,11 @@ def test_nothing_fitting_is_one_line_with_the_memory_that_would(tmp_path):
   assert 'fits plan.device_memory_gib=0.0001' in line and 'GiB per device' in line
   with open(tmp_path / 'plan.json') as f:
     misses = json.load(f)['not_fitting']
-  # Each mesh's miss is its last rung, full remat over the most micro-batches.
+  # Each mesh's miss is full remat over one micro-batch or the most, the
+  # smaller (the summed gradient's buffer can outweigh what accumulation saves).
   for m in misses:
     per_device = 16 // (m['mesh.data'] * m['mesh.fsdp'])
-    assert (m['model.remat'], m['grad_accum_steps']) == ('full', per_device)
+    assert m['model.remat'] == 'full' and m['grad_accum_steps'] in (1, per_device)
 
 
 @pytest.mark.parametrize('extra, message', [
@@ -239,7 +240,10 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
   rows = plan['fitting']
   assert [r['step_s'] for r in rows] == sorted(r['step_s'] for r in rows)
   # 2 heads: tensor 1 or 2; data x fsdp x tensor = 2; ZeRO-1 where data > 1.
-  assert sorted(r['name'] for r in rows) == sorted([
+  # The three fastest fit; the fourth is not climbed, slower at its first rung.
+  assert len(rows) == 3 and len(plan['not_climbed']) == 1
+  assert plan['not_climbed'][0]['step_s'] >= rows[-1]['step_s']
+  assert sorted(r['name'] for r in rows + plan['not_climbed']) == sorted([
       'data=2', 'data=2 + ZeRO-1', 'fsdp=2', 'tensor=2'])
   assert plan['best'] == rows[0]['name'] and not plan['not_fitting']
   assert f'--config.mesh.data={rows[0]["mesh.data"]}' in plan['command']
