@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from core.errors import EXIT_INPUT_STALLED, EXIT_PREEMPTED
-from tests.helpers import run_main
+from tests.helpers import run_main, run_main_many
 from tests.test_wandb_tracker import wandb_history
 from trainer import metrics_log
 from trainer import unreadable
@@ -256,18 +256,6 @@ def test_predict_on_an_image_that_never_comes_stops_with_a_line_not_a_hang(
   assert not output.exists()
 
 
-@pytest.mark.parametrize('inputs, message', [
-    ('', "predict.inputs='' names no image"),
-    ('/nonexistent/x.png', '/nonexistent/x.png is not an image file, a folder'),
-])
-def test_predict_without_images_exits_2_in_one_line(trained_copy, inputs, message):
-  result = run_main(f'--workdir={trained_copy}', '--mode=predict',
-                    f'--config.predict.inputs={inputs}')
-  assert result.returncode == 2
-  last = result.stderr.strip().splitlines()[-1]
-  assert last.startswith('error: ') and message in last
-
-
 def test_eval_mode_restores_a_chosen_checkpoint(trained_copy):
   trained = _records(trained_copy, 'eval')
   result = run_main(f'--workdir={trained_copy}', '--mode=eval',
@@ -298,41 +286,55 @@ def test_eval_mode_evaluates_another_split_of_the_same_classes(trained_copy):
   assert summary['num_examples'] == 5000  # the shapes' training split
 
 
-@pytest.mark.parametrize('choice,fragment', [
-    ('3', 'eval.checkpoint=3: no such checkpoint; available: 4, 8'),
-    ('newest', "eval.checkpoint='newest' is not accepted"),
-])
-def test_eval_mode_with_a_missing_checkpoint_exits_2_with_one_line(trained_copy, choice,
-                                                                    fragment):
-  before = sorted(os.listdir(trained_copy))
-  result = run_main(f'--workdir={trained_copy}', '--mode=eval',
-                    f'--config.eval.checkpoint={choice}')
+# Invocations in a trained work dir that must exit 2 with one line and
+# leave it as it was: (name, main.py arguments after --workdir, what the
+# last line says). Run together (run_main_many) in one copy of the work dir.
+REFUSALS = [
+    ('predict without inputs', ['--mode=predict', '--config.predict.inputs='],
+     "predict.inputs='' names no image"),
+    ('predict a missing file', ['--mode=predict', '--config.predict.inputs=/nonexistent/x.png'],
+     '/nonexistent/x.png is not an image file, a folder'),
+    ('eval a missing step', ['--mode=eval', '--config.eval.checkpoint=3'],
+     'eval.checkpoint=3: no such checkpoint; available: 4, 8'),
+    ('eval an unknown choice', ['--mode=eval', '--config.eval.checkpoint=newest'],
+     "eval.checkpoint='newest' is not accepted"),
+    ('eval step too large, before a batch is read',
+     ['--mode=eval', '--config.runtime.device_memory_gib=0.00001'],
+     'error: the eval step does not fit: it needs about '),
+    ('rerun with another model', None, 'model.width'),
+]
+
+
+@pytest.fixture(scope='module')
+def refusals(trained_workdir, shapes_dir, tmp_path_factory):
+  """Each REFUSALS case's result, with the work dir's files and metrics'
+  size before and after them all."""
+  workdir = str(tmp_path_factory.mktemp('refusals') / 'run')
+  shutil.copytree(trained_workdir, workdir)
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  before = (sorted(os.listdir(workdir)), os.path.getsize(metrics))
+  rerun = tiny_run_flags(shapes_dir, **{'model.width': 8})
+  results = run_main_many([[f'--workdir={workdir}', *(args or rerun)]
+                           for _, args, _ in REFUSALS])
+  after = (sorted(os.listdir(workdir)), os.path.getsize(metrics))
+  return dict(zip((name for name, _, _ in REFUSALS), results)), before, after
+
+
+@pytest.mark.parametrize('name, message', [(n, m) for n, _, m in REFUSALS])
+def test_refusals_in_a_trained_workdir_exit_2_in_one_line(refusals, name, message):
+  result = refusals[0][name]
   assert result.returncode == 2, result.stderr[-3000:]
-  assert fragment in result.stderr.strip().splitlines()[-1]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith('error: ') and message in last, last
   assert 'Traceback' not in result.stderr
-  assert sorted(os.listdir(trained_copy)) == before
 
 
-def test_eval_mode_refuses_an_eval_step_that_does_not_fit_before_reading_a_batch(trained_copy):
-  before = sorted(os.listdir(trained_copy))
-  result = run_main(f'--workdir={trained_copy}', '--mode=eval',
-                    '--config.runtime.device_memory_gib=0.00001')
-  assert result.returncode == 2, result.stderr[-3000:]
-  error = result.stderr.strip().splitlines()[-1]
-  assert error.startswith('error: the eval step does not fit: it needs about '), error
-  assert 'runtime.device_memory_gib=1e-05 allows 0.00 GiB per device' in error
-  assert 'eval.batch_size' in error
-  assert 'Evaluated' not in result.stderr
-  assert sorted(os.listdir(trained_copy)) == before
-
-
-def test_rerun_with_another_model_in_the_same_workdir_is_refused(trained_copy, shapes_dir):
-  before = os.path.getsize(os.path.join(trained_copy, 'metrics.jsonl'))
-  result = run_main(f'--workdir={trained_copy}',
-                    *tiny_run_flags(shapes_dir, **{'model.width': 8}))
-  assert result.returncode == 2
-  assert 'model.width' in result.stderr
-  assert os.path.getsize(os.path.join(trained_copy, 'metrics.jsonl')) == before
+def test_refusals_leave_the_workdir_as_it_was(refusals):
+  results, before, after = refusals
+  assert after == before
+  too_large = results['eval step too large, before a batch is read']
+  assert 'runtime.device_memory_gib=1e-05 allows 0.00 GiB per device' in too_large.stderr
+  assert 'eval.batch_size' in too_large.stderr and 'Evaluated' not in too_large.stderr
 
 
 def test_a_run_killed_between_the_best_and_the_latest_copy_resumes_and_keeps_the_best(
