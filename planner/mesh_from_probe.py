@@ -18,6 +18,12 @@ From a probe of the cluster:
   an all-reduce of p devices, spread over its 2(p-1) steps, at the level the
   probe's step crossed (across hosts when it spanned several).
 
+From a probe of one host, for a cluster of more such hosts (plan.num_workers
+a multiple of the host's devices): everything above from the probe, and the
+NIC, which one host cannot measure, at plan.link_bandwidth_gbps and
+plan.link_latency_ms; a collective across hosts pays the probe's cost per
+array too (it is the library's, not the link's).
+
 From plan.*: compute at plan.device_tflops x plan.device_utilization, the
 configured links, nothing per array or per step.
 """
@@ -121,8 +127,31 @@ def from_probe_record(probe: dict) -> Costing:
                  fixed_s=step['fixed_cost_s'], source='probe')
 
 
-def load(config) -> tuple[dict, Costing]:
-  """The probe of plan.probe, checked against the configured model, and its costing."""
+def across_hosts(costing: Costing, plan) -> Costing:
+  """A one-host probe's costing for a cluster of such hosts: the NIC at
+  plan.link_bandwidth_gbps and plan.link_latency_ms, each array across hosts
+  at the probe's cost per array (pure)."""
+  links = dataclasses.replace(
+      costing.links, nic_bytes_per_s=plan.link_bandwidth_gbps * 1e9 / 8,
+      nic_latency_s=plan.link_latency_ms / 1e3, nic_array_s=costing.links.intra_array_s)
+  return dataclasses.replace(costing, links=links, source='probe of one host, NIC from plan.*')
+
+
+def load(config, num_devices: int) -> tuple[dict, Costing]:
+  """The probe of plan.probe, checked against the configured model, and its
+  costing for `num_devices`: the probed cluster's, or more hosts like the
+  one probed. UsageError (one line) for any other device count."""
   probe = from_probe.load(config.plan.probe)
   from_probe.check_same_model(probe, config)
-  return probe, from_probe_record(probe)
+  costing = from_probe_record(probe)
+  devices, per_host = cluster_devices(probe)
+  if devices == num_devices:
+    return probe, costing
+  if devices != per_host or num_devices % per_host:
+    raise UsageError(f'plan.probe: the probe ran on {devices} devices in hosts of {per_host} '
+                     f'and this plan is for {num_devices}; a mesh plan takes a probe of the '
+                     'cluster or of one of its hosts (then a multiple of its devices)')
+  if config.plan.devices_per_host not in (1, per_host):
+    raise UsageError(f'plan.devices_per_host={config.plan.devices_per_host}: the probed host '
+                     f'holds {per_host} devices; leave it unset or set it to {per_host}')
+  return probe, across_hosts(costing, config.plan)

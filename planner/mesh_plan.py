@@ -9,7 +9,8 @@ cluster, in the cluster's dtype (bfloat16 under model.dtype=auto), and read:
   trainer's start-up check reads it (trainer/memory.py);
 - compute: the per-device program's FLOPs (XLA's cost analysis) at
   plan.device_tflops x plan.device_utilization, or at the rate a probe of
-  the cluster measured (plan.probe; planner/mesh_from_probe.py);
+  the cluster, or one of its hosts, measured (plan.probe;
+  planner/mesh_from_probe.py);
 - communication: each collective of the program, its bytes and device
   groups, costed on the cluster's links, configured or probed
   (planner/mesh_cost.py).
@@ -233,11 +234,7 @@ def run_mesh_plan(config, workdir: str) -> dict:
   n = jax.device_count()
   probe = None
   if plan.probe:
-    probe, costing = mesh_from_probe.load(config)
-    probed_devices, _ = mesh_from_probe.cluster_devices(probe)
-    if probed_devices != n:
-      raise UsageError(f'plan.probe: the probe ran on {probed_devices} devices and this '
-                       f'process has {n}; a mesh plan compiles for the probed devices')
+    probe, costing = mesh_from_probe.load(config, n)
     dtype = probe['model']['dtype']
   else:
     if plan.device_tflops <= 0:

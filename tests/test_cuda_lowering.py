@@ -22,7 +22,7 @@ import pytest
 
 from cli import describe
 from configs import finetune_resnet50, finetune_vit_b16, folder, imagenet_resnet50, imagenet_resnet50_lars
-from configs import imagenet_vit_b16
+from configs import imagenet_vit_b16, imagenet_vit_bigg14, imagenet_vit_g14
 from configs import imagenet_vit_l16, quickstart
 from models import registry
 from trainer import evaluate
@@ -36,7 +36,8 @@ NUM_CLASSES = 10
 
 # id: (recipe, mesh (data, fsdp, tensor) or None for the recipe's own,
 # mesh.shard_update). The recipes' own meshes are data parallel (ResNets,
-# ViT-B/16) and FSDP (ViT-L/16); every recipe keeps its sharding rules
+# ViT-B/16, ViT-g/14 with accumulation), FSDP (ViT-L/16) and data x tensor
+# (ViT-G/14); every recipe keeps its sharding rules
 # (FSDP_TENSOR), so the other parallelisms are changes of mesh, as
 # docs/parallelism.md selects them.
 CASES = {
@@ -53,13 +54,13 @@ CASES = {
     'quickstart fsdp=8': (quickstart, (1, 8, 1), False),
     'quickstart fsdp=4 x tensor=2': (quickstart, (1, 4, 2), False),
     'vit_l16 fsdp=4 x tensor=2': (imagenet_vit_l16, (1, 4, 2), False),
-    'vit_g14 fsdp=8': (imagenet_vit_l16, (1, 8, 1), False),
+    'vit_g14': (imagenet_vit_g14, None, False),
+    'vit_bigg14': (imagenet_vit_bigg14, None, False),
     'vit_bigg14 data=2 x fsdp=2 x tensor=2': (imagenet_vit_l16, (2, 2, 2), True),
 }
-# Cases of another model than the recipe's: the ViT-L/16 recipe's training
-# of the large ViTs (patches of 14, at 28 px), which have no recipe mesh.
-MODEL_OF_CASE = {'vit_g14 fsdp=8': 'vit_g14',
-                 'vit_bigg14 data=2 x fsdp=2 x tensor=2': 'vit_bigg14'}
+# Cases of another model than the recipe's: ViT-G/14 (patches of 14, at 28
+# px) on all three axes with ZeRO-1, as the ViT-L/16 recipe trains it.
+MODEL_OF_CASE = {'vit_bigg14 data=2 x fsdp=2 x tensor=2': 'vit_bigg14'}
 # Where the bfloat16 path meets float32 operands, and why; every other
 # matmul and convolution of a step takes bfloat16 operands.
 # - The classifier head computes in float32 on purpose (models/resnet.py,

@@ -218,6 +218,47 @@ def test_a_probes_links_are_its_rings_bandwidth_and_latency_per_step():
   assert got['seconds'] == pytest.approx(3 * (5e-4 + 2 * 1e-4) + 1 * 0.75e6 / 1e8)
 
 
+def test_a_probe_of_one_host_costs_the_nic_from_the_plan_keys():
+  config = _tiny_vit(1)
+  config.plan.link_bandwidth_gbps, config.plan.link_latency_ms = 80.0, 0.2
+  probed = mesh_from_probe.from_probe_record(_probe(devices=2, per_host=2))
+  costing = mesh_from_probe.across_hosts(probed, config.plan)
+  # Inside the host and the compute: the probe's; the NIC: 80 Gbit/s, 0.2 ms.
+  assert costing.links.intra_bytes_per_s == probed.links.intra_bytes_per_s
+  assert costing.seconds_per_flop == probed.seconds_per_flop
+  assert costing.links.nic_bytes_per_s == pytest.approx(1e10)
+  assert costing.links.nic_latency_s == pytest.approx(2e-4)
+  assert costing.links.nic_array_s == probed.links.intra_array_s
+  # One ring of 4 over two hosts of 2, so one ring leaves each host: 3 steps
+  # of 0.2 ms and the probe's per-array cost; each device sends 3/4 of 1 MB.
+  got = mesh_cost.collective_s('all-gather', 1e6, [[0, 1, 2, 3]], costing.links)
+  want = 3 * (2e-4 + costing.links.intra_array_s) + max(0.75e6 / 1e10,
+                                                         0.75e6 / costing.links.intra_bytes_per_s)
+  assert got['level'] == 'across hosts' and got['seconds'] == pytest.approx(want)
+
+
+def _probe_config(tmp_path, probe, **plan):
+  (tmp_path / 'probe.json').write_text(json.dumps(probe))
+  config = _tiny_vit(2)
+  config.plan.probe, config.plan.devices_per_host = str(tmp_path), 1
+  config.plan.update(plan)
+  return config
+
+
+def test_a_probe_fits_its_cluster_or_a_multiple_of_its_one_host(tmp_path):
+  one_host = _probe(devices=2, per_host=2)
+  _, costing = mesh_from_probe.load(_probe_config(tmp_path, one_host), 2)
+  assert costing.source == 'probe'
+  _, costing = mesh_from_probe.load(_probe_config(tmp_path, one_host), 8)
+  assert costing.source == 'probe of one host, NIC from plan.*'
+  with pytest.raises(UsageError, match='a multiple of its devices'):
+    mesh_from_probe.load(_probe_config(tmp_path, one_host), 3)
+  with pytest.raises(UsageError, match='in hosts of 2 and this plan is for 8'):
+    mesh_from_probe.load(_probe_config(tmp_path, _probe(devices=4, per_host=2)), 8)
+  with pytest.raises(UsageError, match='plan.devices_per_host=4: the probed host holds 2'):
+    mesh_from_probe.load(_probe_config(tmp_path, one_host, devices_per_host=4), 8)
+
+
 def test_a_probe_without_flops_or_of_unequal_hosts_is_one_line():
   with pytest.raises(UsageError, match='no FLOPs'):
     mesh_from_probe.from_probe_record(_probe(flops=False))
@@ -268,6 +309,17 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
   assert plan['compiles']['compiled'] > 0
   assert [(r['name'], r['step_s'], r['peak']) for r in replan['fitting']] == [
       (r['name'], r['step_s'], r['peak']) for r in rows]
+  # The same probe of one host of 2, for two such hosts: the NIC from plan.*.
+  two_hosts = run_main(f'--workdir={tmp_path / "plan4"}', *flags,
+                       f'--config.plan.probe={tmp_path / "probe"}',
+                       '--config.plan.num_workers=4', env={'XLA_FLAGS': xla_flags(4)})
+  assert two_hosts.returncode == 0, two_hosts.stderr[-3000:]
+  with open(tmp_path / 'plan4' / 'plan.json') as f:
+    wider = json.load(f)
+  assert wider['costed_from'] == 'probe of one host, NIC from plan.*'
+  assert wider['cluster']['devices'] == 4
+  assert any(key.endswith('across hosts') for row in wider['fitting']
+             for key in row['collectives'])
   other = _probe(devices=2, per_host=2)
   other['model']['width'] = 192
   (tmp_path / 'probe' / 'probe.json').write_text(json.dumps(other))
