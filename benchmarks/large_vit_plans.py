@@ -1,6 +1,6 @@
 """The mesh planner's answer for the large ViTs on 8 and 64 GPUs of 80 and 141 GB.
 
-  .venv/bin/python benchmarks/large_vit_plans.py --out=results/plan/large_vits.jsonl
+  .venv/bin/python benchmarks/large_vit_plans.py --devices=64 --out=results/plan/large_vits_64.jsonl
 
 For ViT-H/14, ViT-g/14 and ViT-G/14 (vit_h14, vit_g14, vit_bigg14) at 224
 px, 32 images per GPU, AdamW as configs/imagenet_vit_l16.py trains, on
