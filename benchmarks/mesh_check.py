@@ -14,7 +14,9 @@ analysis of the compiled step, trainer/memory.py) beside the plan's, and
 the runtime's live peak where the device reports one (a CPU device reports
 none: null).
 
-One JSON line per candidate with its provenance (benchmarks/provenance.py);
+One JSON line per probe (what its plans are costed from: the fits of its
+collectives on a mesh's groups, its step's fixed cost, its compute points)
+and per candidate, with their provenance (benchmarks/provenance.py);
 --out also appends them to a file; per (layout, model, batch) a summary line
 (MAPE, worst cell, the plan's choice against the measured fastest, Spearman's
 rank correlation); a Markdown table on standard error.
@@ -92,7 +94,16 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
   per_device = ','.join(str(b // devices) for b in batches)
   _launch(layout, ['main.py', *flags, f'--workdir={probe_dir}', '--mode=probe',
                    f'--config.plan.per_worker_batch_sizes={per_device}'])
-  rows = []
+  with open(os.path.join(probe_dir, 'probe.json')) as f:
+    probe = json.load(f)
+  # What the plans are costed from, kept beside the candidates.
+  rows = [{'kind': 'probe', 'layout': layout, 'model': model,
+           'mesh_collectives': (probe['mesh_collectives'] or {}).get('fits'),
+           'step_fixed_cost': {k: probe['step_fixed_cost'][k]
+                               for k in ('fixed_cost_s', 'per_operand_s')},
+           'compute_points': [{k: q[k] for k in ('per_device_batch', 'compute_s', 'flops')}
+                              for q in probe['compute']['points']],
+           'update_s': probe['update']['update_s'], 'probe_elapsed_s': probe['elapsed_s']}]
   for batch in batches:
     plan_dir = os.path.join(root, f'plan_{layout}_{model}_{batch}')
     result = subprocess.run(
@@ -113,7 +124,7 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
     for row in plan['fitting']:
       m = measured[row['name']]
       rows.append({
-          'layout': layout, 'model': model, 'global_batch': batch,
+          'kind': 'candidate', 'layout': layout, 'model': model, 'global_batch': batch,
           'configuration': row['name'], 'chosen': row['name'] == plan['best'],
           'predicted_step_s': row['step_s'], 'measured_step_s': m['step_s'],
           'measured_steps_s': m['steps_s'],
@@ -230,11 +241,12 @@ def main():
            '|---|---|---|---|---|---|---|']
   for layout in args.layouts.split(','):
     for model in args.models.split(','):
-      rows = check(layout, model, batches, args.steps, root)
+      probe, *rows = check(layout, model, batches, args.steps, root)
+      results.write(probe)
       for batch in batches:
         group = [r for r in rows if r['global_batch'] == batch]
         for r in group:
-          results.write({'kind': 'candidate', **r})
+          results.write(r)
           table.append(f"| {layout} | {model} | {batch} | {r['configuration']}"
                        f"{' (chosen)' if r['chosen'] else ''} | "
                        f"{1e3 * r['predicted_step_s']:.1f} | {1e3 * r['measured_step_s']:.1f} | "

@@ -161,6 +161,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.probe.ops_per_call = 4  # collectives chained in one program call, which share the call's dispatch (a step's collectives run inside one program)
   config.probe.step_repeats = 20  # timed steps (median) of each tiny model whose time on all devices, less on one, gives a step's fixed cost and its cost per array of its all-reduce
   config.probe.host_grouping = 'auto'  # which devices form a host: process (each process's own), hostname (the processes of one machine together), auto (process on CPU, whose processes talk over gloo's sockets even on one machine; hostname on GPUs and TPUs)
+  config.probe.mesh_collectives = True  # also time each collective a sharded step runs (all-reduce, all-gather, all-to-all, collective-permute) on the device groups of a mesh's axes, inside a program: the mesh planner's cost per collective (plan.parallelism=mesh)
   config.probe.input_batches = 10  # real data (data.source other than synthetic): host batches of the input pipeline timed alone, after one warm-up batch
 
   # --- Cadences and outputs --------------------------------------------------

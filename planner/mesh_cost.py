@@ -20,6 +20,11 @@ have members on a host run at once and share its NIC (plan.link_bandwidth_gbps),
 so a host's NIC carries that many rings' traffic. The time is the slower of
 the fabric and the NIC, plus the steps' latency.
 
+Where a probe timed the collective itself on a group of the same size and
+level (probe/mesh_collectives.py: Links.measured), that replaces the ring:
+latency_s + its bytes x seconds_per_byte + each array beyond those of the
+timed collective (hlo_operands) at per_operand_s.
+
 The mesh's devices lie on the hosts in order, G to a host
 (plan.devices_per_host): the tensor axis, innermost, stays inside a host
 while it fits, then fsdp, then data.
@@ -47,6 +52,9 @@ class Links:
   # moves a tuple's arrays one by one pays it; from a probe's steps).
   intra_array_s: float = 0.0
   nic_array_s: float = 0.0
+  # {'<op> <level> <n>': {latency_s, seconds_per_byte, per_operand_s}}:
+  # collectives a probe timed in a program (probe/mesh_collectives.py).
+  measured: dict = dataclasses.field(default_factory=dict)
 
 
 def sent_bytes(op: str, nbytes: float, n: int) -> float:
@@ -64,6 +72,12 @@ def collective_s(op: str, nbytes: float, groups: list[list[int]], links: Links,
     return {'seconds': 0.0, 'level': 'none', 'group_size': n}
   g = links.devices_per_host
   hosts = len({d // g for d in groups[0]})
+  level = 'inside a host' if hosts == 1 else 'across hosts'
+  timed = links.measured.get(f'{op} {level} {n}')
+  if timed:
+    return {'seconds': timed['latency_s'] + nbytes * timed['seconds_per_byte']
+                       + max(0, operands - timed['hlo_operands']) * timed['per_operand_s'],
+            'level': level, 'group_size': n}
   sent = sent_bytes(op, nbytes, n)
   steps = _RING_STEPS[op](n)
   fabric_s = sent / links.intra_bytes_per_s

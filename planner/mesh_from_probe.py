@@ -13,6 +13,10 @@ From a probe of the cluster:
 - links: inside a host, the intra_host all-reduce's fit (bus bandwidth,
   and its latency spread over the ring's 2(p-1) steps); across hosts, the
   inter_host one's (one device a host), else all_devices';
+- each collective the probe timed in a program on a mesh's device groups
+  (probe.json's mesh_collectives, when the probe measured them): that
+  op on a group of that size and level costs what it cost there, in place
+  of the ring model of the links above;
 - what a step pays beyond its bytes (step_fixed_cost): fixed_cost_s once
   per step that communicates, and per_operand_s, the cost of each array of
   an all-reduce of p devices, spread over its 2(p-1) steps, at the level the
@@ -119,7 +123,8 @@ def from_probe_record(probe: dict) -> Costing:
       devices_per_host=per_host, intra_bytes_per_s=intra[0], intra_latency_s=intra[1],
       nic_bytes_per_s=across[0], nic_latency_s=across[1],
       intra_array_s=0.0 if spans_hosts else array_step_s,
-      nic_array_s=array_step_s if spans_hosts else 0.0)
+      nic_array_s=array_step_s if spans_hosts else 0.0,
+      measured=(probe.get('mesh_collectives') or {}).get('fits', {}))
   offset, rate = compute_fit(points)
   return Costing(links=links, seconds_per_flop=rate, compute_offset_s=offset,
                  update_s=probe['update']['update_s'],
@@ -131,6 +136,7 @@ def across_hosts(costing: Costing, plan) -> Costing:
   """A one-host probe's costing for a cluster of such hosts: the NIC at
   plan.link_bandwidth_gbps and plan.link_latency_ms, each array across hosts
   at the probe's cost per array (pure)."""
+  # The probe's own groups lie inside its host: none of them crosses hosts.
   links = dataclasses.replace(
       costing.links, nic_bytes_per_s=plan.link_bandwidth_gbps * 1e9 / 8,
       nic_latency_s=plan.link_latency_ms / 1e3, nic_array_s=costing.links.intra_array_s)

@@ -119,9 +119,10 @@ def costed(compiled: dict, plan_links: mesh_cost.Links) -> dict:
     cost_op = mesh_cost.collective_s(op['op'], op['bytes'], [op['group']], plan_links,
                                      op['operands'])
     key = f'{op["op"]} {cost_op["level"]}'
-    entry = comm.setdefault(key, {'count': 0, 'bytes': 0, 'seconds': 0.0})
+    entry = comm.setdefault(key, {'count': 0, 'operands': 0, 'bytes': 0, 'seconds': 0.0})
     # A collective in gradient accumulation's loop runs once a micro-batch.
     entry['count'] += op['runs']
+    entry['operands'] += op['runs'] * op['operands']
     entry['bytes'] += op['runs'] * op['bytes']
     entry['seconds'] += op['runs'] * cost_op['seconds']
   return {**{k: compiled[k] for k in _SUMMED}, 'collectives': comm}
@@ -175,7 +176,7 @@ def derive(small: dict, larger: dict, small_depth: int, larger_depth: int,
   out = {k: at(small[k], larger[k]) for k in _SUMMED}
   comm = {}
   for key in sorted(set(small['collectives']) | set(larger['collectives'])):
-    zero = {'count': 0, 'bytes': 0, 'seconds': 0.0}
+    zero = {'count': 0, 'operands': 0, 'bytes': 0, 'seconds': 0.0}
     a, b = small['collectives'].get(key, zero), larger['collectives'].get(key, zero)
     comm[key] = {k: at(a[k], b[k]) for k in zero}
   out['collectives'] = comm

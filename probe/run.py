@@ -53,6 +53,14 @@ A figure that cannot be had is null, never absent.
   (fitted: extra_s = fixed_cost_s + operands * per_operand_s, least squares
   of relative residuals, both >= 0; 0 with one device in all),
   max_relative_residual (null with one device).
+- mesh_collectives: null (probe.mesh_collectives=false) or each
+  collective of a sharded step timed inside a program on the device groups
+  of a mesh's axes (probe/mesh_collectives.py): what, ops_per_call, points
+  [{op, group_size, stride, level ('inside a host' | 'across hosts'),
+  message_bytes (each device's result), operands (arrays given to the one
+  collective), hlo_operands (the arrays its HLO holds), time_s (one collective: the slowest process's median),
+  time_s_by_process}], fits {'<op> <level> <group_size>': {latency_s,
+  seconds_per_byte, per_operand_s, hlo_operands}}.
 - compute: what (one sentence), devices_per_process, capacity_bytes (per
   device; null: not known, every batch tried), points [{per_device_batch,
   compute_s (slowest process's median), compute_s_by_process,
@@ -92,6 +100,7 @@ from probe import compute
 from probe import fit as fit_lib
 from probe import hosts as hosts_lib
 from probe import input_rate
+from probe import mesh_collectives
 from probe import processes
 from probe import provenance
 from probe import report
@@ -174,6 +183,9 @@ def _measure(config) -> dict:
   mine = {'collectives': _time_collectives(config.probe, topology, levels, sizes, me)}
   logging.info('probe: timing the fixed cost of a step')
   mine['step'] = _time_step(config.probe.step_repeats)
+  if config.probe.mesh_collectives:
+    logging.info('probe: timing each collective on the device groups of a mesh')
+    mine['mesh_collectives'] = _time_mesh_collectives(config.probe, topology)
   capacity = memory.device_capacity(config.runtime.device_memory_gib)
   logging.info('probe: timing %s on each device', config.model.name)
   mine['compute'] = compute.sweep(exp, jax.local_devices(), settings.per_device_batches(config),
@@ -212,6 +224,8 @@ def _measure(config) -> dict:
       'collectives': {level: _level_record(level, topology, by_process, sizes, configured)
                       for level in hosts_lib.LEVELS},
       'step_fixed_cost': _step_record(by_process),
+      'mesh_collectives': (_mesh_collectives_record(by_process, config.probe)
+                           if config.probe.mesh_collectives else None),
       'compute': compute_record,
       'update': {'what': "the optimiser's update of the model's parameters on every device "
                          'of every process at once',
@@ -259,6 +273,23 @@ def _time_step(repeats: int) -> list[dict]:
     points.append({'all_devices_step_s': all_devices_s,
                    'one_device_step_s': alone.median_s(repeats)})
   return points
+
+
+def _time_mesh_collectives(probe, topology) -> list[dict]:
+  """This process's time of each point of probe/mesh_collectives.py, on
+  the job's devices host by host; every process walks the same loops."""
+  devices = [d for host in topology.hosts for d in host]
+  timed = []
+  for shape in mesh_collectives.group_shapes(len(devices), len(topology.hosts[0])):
+    for op, message_bytes, operands in mesh_collectives.points(shape):
+      program = mesh_collectives.compile_program(op, devices, shape, message_bytes, operands,
+                                                 probe.ops_per_call)
+      processes.barrier()
+      timed.append({'op': op, **shape, 'message_bytes': message_bytes, 'operands': operands,
+                    'hlo_operands': mesh_collectives.operands_in(program[0], op),
+                    'time_s': mesh_collectives.time_s(*program, probe.repeats,
+                                                      probe.ops_per_call)})
+  return timed
 
 
 # --- Combining the processes' figures (the same on every process) ---------------
@@ -322,6 +353,17 @@ def _step_record(by_process) -> dict:
         [q['operands'] for q in points], [max(q['extra_s'], _MIN_EXTRA_S) for q in points])
     record.update(fixed_cost_s=fixed, per_operand_s=per_operand, max_relative_residual=worst)
   return record
+
+
+def _mesh_collectives_record(by_process, probe) -> dict:
+  timed = []
+  for i, point in enumerate(by_process[0]['mesh_collectives']):
+    mine = [p['mesh_collectives'][i]['time_s'] for p in by_process]
+    timed.append({**point, 'time_s': max(mine), 'time_s_by_process': mine})
+  return {'what': ('each collective of a sharded step, timed inside a program on every '
+                   'group of a mesh axis at once (probe/mesh_collectives.py)'),
+          'ops_per_call': probe.ops_per_call, 'points': timed,
+          'fits': mesh_collectives.fit(timed)}
 
 
 def _compute_record(by_process, config, capacity) -> dict:

@@ -1,0 +1,170 @@
+"""Each collective a sharded step runs, timed inside a program, on the
+device groups a mesh's axes form: the mesh planner's cost of a collective
+by what it is, not by a ring model of the links.
+
+A mesh of the job's devices in order (G to a host) splits into groups
+along one axis: a group of n devices a stride s apart (the tensor axis,
+innermost, has stride 1; the axes outside it larger strides). What a
+collective costs depends on n, on whether its group stays inside a host or
+crosses hosts, and on the op. For each such (op, n, level), on the group
+shape of the smallest stride that has it:
+
+- one program chains `ops_per_call` collectives (each one's input the last
+  one's output), timed as whole calls, every group of the mesh at once, as
+  in a train step;
+- at two result sizes per device (SMALL_BYTES, LARGE_BYTES) with one array,
+  and, for the all-reduce, at SMALL_BYTES with TUPLE_OPERANDS arrays
+  reduced in one collective (a tuple, as XLA combines a step's gradients);
+- fitted as t = latency_s + bytes x seconds_per_byte (two sizes: exact),
+  and each further array of one collective at per_operand_s (the
+  all-reduce's: what the library pays per array, whatever the op).
+
+Bytes are what each device holds at the end, as trainer/hlo_collectives.py
+counts a compiled step's collectives, and arrays are what the HLO holds (an
+all-to-all of one array may be a tuple of its n chunks: hlo_operands), so a
+step's collective is costed at latency_s + its bytes x seconds_per_byte +
+(its arrays - hlo_operands) x per_operand_s.
+"""
+
+import jax
+import numpy as np
+
+from core import timing
+from trainer import hlo_collectives
+
+OPS = ('all-reduce', 'all-gather', 'all-to-all', 'collective-permute')
+SMALL_BYTES = 4096
+LARGE_BYTES = 1 << 20
+TUPLE_OPERANDS = 4
+_AXES = ('outer', 'group', 'inner')
+
+
+def group_shapes(num_devices: int, devices_per_host: int) -> list[dict]:
+  """[{'group_size', 'stride', 'level'}]: for each group size n > 1 that
+  divides the devices and each level it can have ('inside a host' or
+  'across hosts'), the smallest stride s (n x s dividing the devices) whose
+  groups {b, b+s, ..., b+(n-1)s} have it."""
+  shapes = {}
+  for n in range(2, num_devices + 1):
+    if num_devices % n:
+      continue
+    for s in range(1, num_devices // n + 1):
+      if (num_devices // n) % s:
+        continue
+      hosts = {d // devices_per_host for d in range(0, n * s, s)}
+      level = 'inside a host' if len(hosts) == 1 else 'across hosts'
+      shapes.setdefault((n, level), {'group_size': n, 'stride': s, 'level': level})
+  return [shapes[k] for k in sorted(shapes)]
+
+
+def _one(op: str, n: int):
+  """One collective of `op` over the group axis, on each array of a tuple;
+  it keeps each array's shape (the result of one is the next one's input)."""
+  if op == 'all-reduce':
+    return lambda xs: jax.lax.psum(xs, 'group')
+  if op == 'all-gather':
+    # The result is n times the input; a slice of it is the next input (a
+    # different one each time: nothing can tell the gather is undone).
+    def gather(xs, i):
+      return tuple(jax.lax.dynamic_slice_in_dim(
+          jax.lax.all_gather(x, 'group', tiled=True), (i % n) * x.size, x.size) for x in xs)
+    return gather
+  if op == 'all-to-all':
+    return lambda xs: tuple(jax.lax.all_to_all(x, 'group', 0, 0, tiled=True) for x in xs)
+  if op == 'collective-permute':
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    return lambda xs: tuple(jax.lax.ppermute(x, 'group', ring) for x in xs)
+  raise ValueError(f'unknown collective {op!r}; one of {OPS}')
+
+
+def compile_program(op: str, devices, shape: dict, message_bytes: int, operands: int,
+                    ops_per_call: int):
+  """(compiled program, its zero-filled inputs): `ops_per_call` chained
+  collectives of `op` on every group of `shape` at once, each over
+  `operands` float32 arrays whose result is `message_bytes` per device."""
+  n, s = shape['group_size'], shape['stride']
+  mesh = jax.make_mesh((len(devices) // (n * s), n, s), _AXES, devices=devices,
+                       axis_types=(jax.sharding.AxisType.Explicit,) * 3)
+  elements = message_bytes // 4
+  per_device = elements // n if op == 'all-gather' else elements
+  one = _one(op, n)
+
+  def body(*xs):
+    if op == 'all-gather':
+      return jax.lax.fori_loop(0, ops_per_call, lambda i, c: one(c, i), tuple(xs))
+    return jax.lax.fori_loop(0, ops_per_call, lambda _, c: tuple(one(c)), tuple(xs))
+
+  spec = jax.P(_AXES)
+  program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(spec,) * operands,
+                                  out_specs=(spec,) * operands, check_vma=False))
+  sharding = jax.sharding.NamedSharding(mesh, spec)
+  full = (len(devices) * per_device,)
+  abstract = [jax.ShapeDtypeStruct(full, np.float32, sharding=sharding)] * operands
+  compiled = program.lower(*abstract).compile()
+  inputs = [jax.make_array_from_callback(full, sharding,
+                                         lambda _: np.zeros(per_device, np.float32))
+            for _ in range(operands)]
+  return compiled, inputs
+
+
+def operands_in(compiled, op: str) -> int:
+  """The arrays one collective of `op` in the compiled program combines, as
+  its HLO holds them (an all-to-all may be a tuple of its n chunks)."""
+  return max(c['operands'] for c in hlo_collectives.collectives_in(compiled.as_text())
+             if c['op'] == op)
+
+
+def points(shape: dict) -> list[tuple[str, int, int]]:
+  """(op, message_bytes, operands) timed on one group shape."""
+  out = []
+  for op in OPS:
+    out += [(op, SMALL_BYTES, 1), (op, LARGE_BYTES, 1)]
+    if op == 'all-reduce':
+      out.append((op, SMALL_BYTES, TUPLE_OPERANDS))
+  return out
+
+
+def time_s(program, inputs, repeats: int, ops_per_call: int) -> float:
+  """One collective's median time, seconds."""
+  return timing.median_s(lambda: jax.block_until_ready(program(*inputs)),
+                         repeats) / ops_per_call
+
+
+def fit(timed: list[dict]) -> dict:
+  """{'<op> <level> <n>': {latency_s, seconds_per_byte, per_operand_s,
+  hlo_operands}} from the timed points ({op, group_size, level,
+  message_bytes, operands, hlo_operands, time_s}): per (op, level, n) the
+  line through its two one-array sizes (a slope below zero, the timers'
+  noise, is 0) and the arrays its HLO held there; every op's further arrays
+  at the all-reduce's cost per array on that group (never below 0)."""
+  groups = {}
+  for q in timed:
+    groups.setdefault((q['op'], q['level'], q['group_size']), []).append(q)
+  table = {}
+  for (op, level, n), qs in groups.items():
+    single = sorted((q for q in qs if q['operands'] == 1), key=lambda q: q['message_bytes'])
+    small, large = single[0], single[-1]
+    slope = max(0.0, (large['time_s'] - small['time_s'])
+                / (large['message_bytes'] - small['message_bytes']))
+    latency = max(0.0, small['time_s'] - slope * small['message_bytes'])
+    table[key(op, level, n)] = {'latency_s': latency, 'seconds_per_byte': slope,
+                                'per_operand_s': 0.0, 'hlo_operands': small['hlo_operands']}
+  for (op, level, n), qs in groups.items():
+    tuples = [q for q in qs if q['operands'] > 1]
+    if op != 'all-reduce' or not tuples:
+      continue
+    q = tuples[0]
+    one = next(p for p in qs if p['operands'] == 1 and p['message_bytes'] == q['message_bytes'])
+    # The tuple's arrays each hold message_bytes: the bytes term grows too.
+    entry = table[key(op, level, n)]
+    extra_bytes = (q['operands'] - 1) * q['message_bytes'] * entry['seconds_per_byte']
+    arrays = q['hlo_operands'] - one['hlo_operands']
+    per_operand = max(0.0, (q['time_s'] - one['time_s'] - extra_bytes) / arrays)
+    for other in OPS:
+      if key(other, level, n) in table:
+        table[key(other, level, n)]['per_operand_s'] = per_operand
+  return table
+
+
+def key(op: str, level: str, n: int) -> str:
+  return f'{op} {level} {n}'
