@@ -186,14 +186,37 @@ def multiprocess(records) -> list[Table]:
 
 
 def probe_check(records) -> list[Table]:
-  header = ['processes', 'model', 'batch per device', 'predicted ms', 'measured ms',
-            'error', 'measured intervals ms']
-  rows = [[_f(r['processes'], 'd'), r['model'], _f(r['per_device_batch'], 'd'),
-           _f(1e3 * r['predicted_step_s'], '.1f'), _f(1e3 * r['measured_step_s'], '.1f'),
-           f"{100 * r['error']:+.1f}%",
-           ', '.join(f'{1e3 * t:.0f}' for t in r['measured_step_s_intervals'])]
-          for r in records]
-  return [(header, rows)]
+  """Every cell; with repeats (a `repeat` in the records), each cell's
+  spread over them: (max - min) / median of the predicted and of the
+  measured steps."""
+  repeated = any('repeat' in r for r in records)
+  header = (['repeat'] if repeated else []) + [
+      'processes', 'model', 'batch per device', 'predicted ms', 'measured ms',
+      'error', 'measured intervals ms']
+  rows = [([_f(r['repeat'], 'd')] if repeated else []) + [
+      _f(r['processes'], 'd'), r['model'], _f(r['per_device_batch'], 'd'),
+      _f(1e3 * r['predicted_step_s'], '.1f'), _f(1e3 * r['measured_step_s'], '.1f'),
+      f"{100 * r['error']:+.1f}%",
+      ', '.join(f'{1e3 * t:.0f}' for t in r['measured_step_s_intervals'])]
+      for r in records]
+  if not repeated:
+    return [(header, rows)]
+  cells = {}
+  for r in records:
+    cells.setdefault((r['processes'], r['model'], r['per_device_batch']), []).append(r)
+  spread = lambda v: (max(v) - min(v)) / statistics.median(v)
+  spread_header = ['processes', 'model', 'batch per device', 'repeats', 'predicted ms',
+                   'predicted spread', 'measured ms', 'measured spread', 'errors']
+  spread_rows = []
+  for (processes, model, batch), rs in cells.items():
+    predicted = [1e3 * r['predicted_step_s'] for r in rs]
+    measured = [1e3 * r['measured_step_s'] for r in rs]
+    spread_rows.append([
+        _f(processes, 'd'), model, _f(batch, 'd'), _f(len(rs), 'd'),
+        f'{min(predicted):.1f} to {max(predicted):.1f}', _percent(spread(predicted)),
+        f'{min(measured):.1f} to {max(measured):.1f}', _percent(spread(measured)),
+        ', '.join(f"{100 * r['error']:+.1f}%" for r in rs)])
+  return [(header, rows), (spread_header, spread_rows)]
 
 
 def mesh_check(records) -> list[Table]:

@@ -186,3 +186,21 @@ def test_commit_is_marked_dirty_when_tracked_files_differ(tmp_path):
   (tmp_path / 'a.txt').write_text('2')
   assert provenance.commit(str(tmp_path)) == head + '-dirty'
   assert provenance.commit(str(tmp_path / 'no_repo_here')) == 'unknown'
+
+
+def test_repeated_probe_checks_give_each_cells_spread_over_the_repeats():
+  cell = {'processes': 2, 'model': 'm', 'per_device_batch': 8,
+          'measured_step_s_intervals': [1.0]}
+  records = [{**cell, 'repeat': i, 'predicted_step_s': p, 'measured_step_s': m,
+              'error': p / m - 1}
+             for i, (p, m) in enumerate([(1.0, 0.8), (1.1, 1.0), (1.2, 1.2)])]
+  (header, rows), (spread_header, spreads) = tables.probe_check(records)
+  assert header[0] == 'repeat' and [r[0] for r in rows] == ['0', '1', '2']
+  got = dict(zip(spread_header, spreads[0]))
+  # (1200 - 1000) / 1100 and (1200 - 800) / 1000.
+  assert got['predicted spread'] == '18.2%' and got['measured spread'] == '40.0%'
+  assert got['predicted ms'] == '1000.0 to 1200.0' and got['repeats'] == '3'
+  assert got['errors'] == '+25.0%, +10.0%, +0.0%'
+  # Without repeats: the cells alone, as before.
+  assert len(tables.probe_check([{k: v for k, v in r.items() if k != 'repeat'}
+                                 for r in records])) == 1
