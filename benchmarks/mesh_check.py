@@ -6,8 +6,9 @@ own would be) and each model: `--mode=probe` on that layout; then, for each
 global batch, `--mode=plan --config.plan.parallelism=mesh
 --config.plan.probe=...`, which predicts every candidate's step from
 probe.json alone (planner/mesh_plan.py); then the same processes take real
-steps of every candidate the plan lists (this script's --worker: the
-trainer's SPMD train step, trainer/engines/spmd, compiled for that mesh,
+steps of every candidate the plan costs that fits, its entries and the
+first rungs it did not climb (this script's --worker: the trainer's SPMD
+train step, trainer/engines/spmd, compiled for that mesh,
 on its sharded state and a random batch), the median of --steps after two
 untimed, each waited for. Memory: the trainer's start-up figure (XLA's
 analysis of the compiled step, trainer/memory.py) beside the plan's, and
@@ -121,7 +122,7 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
       plan = json.load(f)
     with open(measured_path) as f:
       measured = json.load(f)
-    for row in plan['fitting']:
+    for row in candidates(plan):
       m = measured[row['name']]
       rows.append({
           'kind': 'candidate', 'layout': layout, 'model': model, 'global_batch': batch,
@@ -136,6 +137,13 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
           'live_peak_bytes': m['live_peak_bytes'],
           'derived_from_depths': row['derived_from_depths']})
   return rows
+
+
+def candidates(plan: dict) -> list[dict]:
+  """Every configuration the plan costed that fits: its entries, and the
+  first rungs it did not climb (a first rung that fits is its mesh's entry;
+  the plan only stopped looking once three entries were faster)."""
+  return plan['fitting'] + [r for r in plan['not_climbed'] if r['fits']]
 
 
 def summary(rows: list[dict]) -> dict:
@@ -188,7 +196,7 @@ def worker(argv: list[str]) -> None:
   with open(args.plan) as f:
     plan = json.load(f)
   results = {}
-  for row in plan['fitting']:
+  for row in candidates(plan):
     run_config = config.copy_and_resolve_references()
     run_config.update_from_flattened_dict(
         {k: row[k] for k in ('mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.shard_update',

@@ -20,6 +20,7 @@ from configs import default
 from core.errors import UsageError
 from planner import mesh_from_probe
 from probe import fit as fit_lib
+from probe import mesh_collectives
 from probe import run as probe_run
 from probe import step_cost
 from trainer import hlo_collectives
@@ -317,6 +318,13 @@ def test_two_processes_through_launch_py_time_the_collectives_between_them(tmp_p
   assert step['participants'] == 4
   assert all(len(q['all_devices_step_s_by_process']) == 2 for q in step['points'])
   assert len(record['compute']['points'][0]['compute_s_by_process']) == 2
+  # Each collective on a mesh's groups: pairs inside a process and across
+  # the two, all four across; both processes timed every point.
+  timed = record['mesh_collectives']
+  assert set(timed['fits']) == {f'{op} {level} {n}' for op in mesh_collectives.OPS
+                                for n, level in ((2, 'inside a host'), (2, 'across hosts'),
+                                                 (4, 'across hosts'))}
+  assert all(len(q['time_s_by_process']) == 2 and q['time_s'] > 0 for q in timed['points'])
   # Process 0 alone writes and speaks.
   assert result.stdout.count('probe: wrote') == 1
   assert '[p0] probe: wrote' in result.stdout
