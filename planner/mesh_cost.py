@@ -52,8 +52,9 @@ class Links:
   # moves a tuple's arrays one by one pays it; from a probe's steps).
   intra_array_s: float = 0.0
   nic_array_s: float = 0.0
-  # {'<op> <level> <n>': {latency_s, seconds_per_byte, per_operand_s}}:
-  # collectives a probe timed in a program (probe/mesh_collectives.py).
+  # {'<op> <level> <n>': {latency_s, seconds_per_byte, per_operand_s,
+  # hlo_operands}}: collectives a probe timed in a program
+  # (probe/mesh_collectives.py).
   measured: dict = dataclasses.field(default_factory=dict)
 
 
