@@ -77,15 +77,23 @@ def _one(op: str, n: int):
   raise ValueError(f'unknown collective {op!r}; one of {OPS}')
 
 
+def result_elements(message_bytes: int, n: int) -> int:
+  """The float32 elements of each device's result nearest above
+  `message_bytes` that split into n equal shares (an all-gather's inputs,
+  an all-to-all's chunks)."""
+  return -(-message_bytes // (4 * n)) * n
+
+
 def compile_program(op: str, devices, shape: dict, message_bytes: int, operands: int,
                     ops_per_call: int):
   """(compiled program, its zero-filled inputs): `ops_per_call` chained
   collectives of `op` on every group of `shape` at once, each over
-  `operands` float32 arrays whose result is `message_bytes` per device."""
+  `operands` float32 arrays whose result is result_elements(message_bytes,
+  n) per device."""
   n, s = shape['group_size'], shape['stride']
   mesh = jax.make_mesh((len(devices) // (n * s), n, s), _AXES, devices=devices,
                        axis_types=(jax.sharding.AxisType.Explicit,) * 3)
-  elements = message_bytes // 4
+  elements = result_elements(message_bytes, n)
   per_device = elements // n if op == 'all-gather' else elements
   one = _one(op, n)
 

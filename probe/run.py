@@ -285,7 +285,8 @@ def _time_mesh_collectives(probe, topology) -> list[dict]:
       program = mesh_collectives.compile_program(op, devices, shape, message_bytes, operands,
                                                  probe.ops_per_call)
       processes.barrier()
-      timed.append({'op': op, **shape, 'message_bytes': message_bytes, 'operands': operands,
+      size = 4 * mesh_collectives.result_elements(message_bytes, shape['group_size'])
+      timed.append({'op': op, **shape, 'message_bytes': size, 'operands': operands,
                     'hlo_operands': mesh_collectives.operands_in(program[0], op),
                     'time_s': mesh_collectives.time_s(*program, probe.repeats,
                                                       probe.ops_per_call)})

@@ -50,6 +50,18 @@ def test_each_program_is_the_collective_on_the_groups_as_xla_compiles_it(op):
   assert len(out) == operands and all(np.all(np.asarray(o) == 0) for o in out)
 
 
+@pytest.mark.parametrize('op', mcol.OPS)
+def test_a_group_of_three_splits_each_result_into_whole_shares(op):
+  # 6 devices in hosts of 3 (three processes of 2 would give groups of 3).
+  assert (3, 1, 'inside a host') in _shapes(6, 3)
+  shape = {'group_size': 3, 'stride': 1, 'level': 'inside a host'}
+  assert mcol.result_elements(4096, 3) == 1026  # 4104 bytes: 3 shares of 342
+  program, inputs = mcol.compile_program(op, jax.devices()[:6], shape, 4096, 1, ops_per_call=1)
+  found = [c for c in hlo_collectives.collectives_in(program.as_text()) if c['op'] == op]
+  assert found and all(c['bytes'] == 4104 for c in found)
+  jax.block_until_ready(program(*inputs))
+
+
 def test_the_fit_is_the_line_through_two_sizes_and_the_tuples_extra_per_array():
   # Made from latency 1 ms, 1 ns a byte and 0.5 ms a further array.
   t = lambda b, m: 1e-3 + m * b * 1e-9 + (m - 1) * 5e-4
