@@ -1,9 +1,10 @@
 """The planner fed a probe, against ordinary SPMD training on the same processes.
 
 For each process count (each process one CPU device pinned to one core,
-joined over gloo on 127.0.0.1 as launch.py joins them) and each model: `--mode=probe` on those processes;
-then `--mode=plan --config.plan.probe=...`, which predicts the step of SPMD
-data parallelism from probe.json alone (planner/from_probe.py); then real
+joined over gloo on 127.0.0.1 as launch.py joins them) and each model:
+`--mode=probe` on those processes; then `--mode=plan
+--config.plan.probe=...`, which predicts the step of SPMD data parallelism
+from probe.json alone (planner/from_probe.py); then real
 training (`main.py`, engine=spmd, synthetic data) at each per-device batch,
 whose median logged step time (after the first interval) is the measured
 figure. One JSON line per cell with its provenance (benchmarks/provenance.py);

@@ -53,14 +53,16 @@ A figure that cannot be had is null, never absent.
   (fitted: extra_s = fixed_cost_s + operands * per_operand_s, least squares
   of relative residuals, both >= 0; 0 with one device in all),
   max_relative_residual (null with one device).
-- mesh_collectives: null (probe.mesh_collectives=false) or each
+- mesh_collectives: null (probe.mesh_collectives=false, or hosts of
+  unequal sizes, on which no mesh lies) or each
   collective of a sharded step timed inside a program on the device groups
   of a mesh's axes (probe/mesh_collectives.py): what, ops_per_call, points
   [{op, group_size, stride, level ('inside a host' | 'across hosts'),
   message_bytes (each device's result), operands (arrays given to the one
-  collective), hlo_operands (the arrays its HLO holds), time_s (one collective: the slowest process's median),
-  time_s_by_process}], fits {'<op> <level> <group_size>': {latency_s,
-  seconds_per_byte, per_operand_s, hlo_operands}}.
+  collective), hlo_operands (the arrays its HLO holds), time_s (one
+  collective: the slowest process's median), time_s_by_process}], fits
+  {'<op> <level> <group_size>': {latency_s, seconds_per_byte,
+  per_operand_s, hlo_operands}}.
 - compute: what (one sentence), devices_per_process, capacity_bytes (per
   device; null: not known, every batch tried), points [{per_device_batch,
   compute_s (slowest process's median), compute_s_by_process,
@@ -183,7 +185,10 @@ def _measure(config) -> dict:
   mine = {'collectives': _time_collectives(config.probe, topology, levels, sizes, me)}
   logging.info('probe: timing the fixed cost of a step')
   mine['step'] = _time_step(config.probe.step_repeats)
-  if config.probe.mesh_collectives:
+  # A mesh lies on hosts of equal size (planner/mesh_from_probe.py).
+  mesh_collectives_timed = (config.probe.mesh_collectives and
+                            len({len(h) for h in topology.hosts}) == 1)
+  if mesh_collectives_timed:
     logging.info('probe: timing each collective on the device groups of a mesh')
     mine['mesh_collectives'] = _time_mesh_collectives(config.probe, topology)
   capacity = memory.device_capacity(config.runtime.device_memory_gib)
@@ -225,7 +230,7 @@ def _measure(config) -> dict:
                       for level in hosts_lib.LEVELS},
       'step_fixed_cost': _step_record(by_process),
       'mesh_collectives': (_mesh_collectives_record(by_process, config.probe)
-                           if config.probe.mesh_collectives else None),
+                           if mesh_collectives_timed else None),
       'compute': compute_record,
       'update': {'what': "the optimiser's update of the model's parameters on every device "
                          'of every process at once',
