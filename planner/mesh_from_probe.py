@@ -129,7 +129,13 @@ def from_probe_record(probe: dict) -> Costing:
   return Costing(links=links, seconds_per_flop=rate, compute_offset_s=offset,
                  update_s=probe['update']['update_s'],
                  parameter_bytes=probe['model']['parameter_bytes'],
-                 fixed_s=step['fixed_cost_s'], source='probe')
+                 fixed_s=step['fixed_cost_s'], source='probe' + _timed(links))
+
+
+def _timed(links: mesh_cost.Links) -> str:
+  """What a plan's source adds when the probe timed collectives on mesh
+  groups (plan.json's costed_from says which costing it got)."""
+  return ', its collectives as timed on mesh groups' if links.measured else ''
 
 
 def across_hosts(costing: Costing, plan) -> Costing:
@@ -140,7 +146,8 @@ def across_hosts(costing: Costing, plan) -> Costing:
   links = dataclasses.replace(
       costing.links, nic_bytes_per_s=plan.link_bandwidth_gbps * 1e9 / 8,
       nic_latency_s=plan.link_latency_ms / 1e3, nic_array_s=costing.links.intra_array_s)
-  return dataclasses.replace(costing, links=links, source='probe of one host, NIC from plan.*')
+  return dataclasses.replace(costing, links=links,
+                             source='probe of one host, NIC from plan.*' + _timed(links))
 
 
 def load(config, num_devices: int) -> tuple[dict, Costing]:

@@ -101,6 +101,9 @@ def test_a_probes_timed_collectives_reach_the_plans_links():
   fits = {'all-reduce inside a host 2': {'latency_s': 1e-4, 'seconds_per_byte': 0.0,
                                          'per_operand_s': 0.0, 'hlo_operands': 1}}
   probe = {**_probe(), 'mesh_collectives': {'fits': fits}}
-  assert mesh_from_probe.from_probe_record(probe).links.measured == fits
-  assert mesh_from_probe.from_probe_record({**_probe(), 'mesh_collectives': None}
-                                           ).links.measured == {}
+  costing = mesh_from_probe.from_probe_record(probe)
+  assert costing.links.measured == fits
+  # plan.json's costed_from says which costing the plan got.
+  assert costing.source == 'probe, its collectives as timed on mesh groups'
+  untimed = mesh_from_probe.from_probe_record({**_probe(), 'mesh_collectives': None})
+  assert untimed.links.measured == {} and untimed.source == 'probe'
