@@ -29,7 +29,8 @@ step's collective is costed at latency_s + its bytes x seconds_per_byte +
 import jax
 import numpy as np
 
-from core import timing
+from probe import collectives
+from probe import processes
 from trainer import hlo_collectives
 
 OPS = ('all-reduce', 'all-gather', 'all-to-all', 'collective-permute')
@@ -58,22 +59,20 @@ def group_shapes(num_devices: int, devices_per_host: int) -> list[dict]:
 
 
 def _one(op: str, n: int):
-  """One collective of `op` over the group axis, on each array of a tuple;
-  it keeps each array's shape (the result of one is the next one's input)."""
+  """(arrays, loop index) -> one collective of `op` over the group axis on
+  each array; it keeps each array's shape (one's result is the next input)."""
   if op == 'all-reduce':
-    return lambda xs: jax.lax.psum(xs, 'group')
+    return lambda xs, _: tuple(jax.lax.psum(xs, 'group'))
   if op == 'all-gather':
     # The result is n times the input; a slice of it is the next input (a
     # different one each time: nothing can tell the gather is undone).
-    def gather(xs, i):
-      return tuple(jax.lax.dynamic_slice_in_dim(
-          jax.lax.all_gather(x, 'group', tiled=True), (i % n) * x.size, x.size) for x in xs)
-    return gather
+    return lambda xs, i: tuple(jax.lax.dynamic_slice_in_dim(
+        jax.lax.all_gather(x, 'group', tiled=True), (i % n) * x.size, x.size) for x in xs)
   if op == 'all-to-all':
-    return lambda xs: tuple(jax.lax.all_to_all(x, 'group', 0, 0, tiled=True) for x in xs)
+    return lambda xs, _: tuple(jax.lax.all_to_all(x, 'group', 0, 0, tiled=True) for x in xs)
   if op == 'collective-permute':
     ring = [(i, (i + 1) % n) for i in range(n)]
-    return lambda xs: tuple(jax.lax.ppermute(x, 'group', ring) for x in xs)
+    return lambda xs, _: tuple(jax.lax.ppermute(x, 'group', ring) for x in xs)
   raise ValueError(f'unknown collective {op!r}; one of {OPS}')
 
 
@@ -98,9 +97,7 @@ def compile_program(op: str, devices, shape: dict, message_bytes: int, operands:
   one = _one(op, n)
 
   def body(*xs):
-    if op == 'all-gather':
-      return jax.lax.fori_loop(0, ops_per_call, lambda i, c: one(c, i), tuple(xs))
-    return jax.lax.fori_loop(0, ops_per_call, lambda _, c: tuple(one(c)), tuple(xs))
+    return jax.lax.fori_loop(0, ops_per_call, lambda i, c: one(c, i), tuple(xs))
 
   spec = jax.P(_AXES)
   program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(spec,) * operands,
@@ -132,10 +129,34 @@ def points(shape: dict) -> list[tuple[str, int, int]]:
   return out
 
 
-def time_s(program, inputs, repeats: int, ops_per_call: int) -> float:
-  """One collective's median time, seconds."""
-  return timing.median_s(lambda: jax.block_until_ready(program(*inputs)),
-                         repeats) / ops_per_call
+def time_all(devices, devices_per_host: int, repeats: int, ops_per_call: int) -> list[dict]:
+  """This process's time of every point on every group shape of `devices`
+  (the job's, host by host): [{op, group_size, stride, level,
+  message_bytes, operands, hlo_operands, time_s}]. Every process walks the
+  same loops, meeting before each timing."""
+  timed = []
+  for shape in group_shapes(len(devices), devices_per_host):
+    for op, message_bytes, operands in points(shape):
+      program, inputs = compile_program(op, devices, shape, message_bytes, operands,
+                                        ops_per_call)
+      processes.barrier()
+      timed.append({'op': op, **shape,
+                    'message_bytes': 4 * result_elements(message_bytes, shape['group_size']),
+                    'operands': operands, 'hlo_operands': operands_in(program, op),
+                    'time_s': collectives.time_s(lambda xs: program(*xs), inputs, repeats,
+                                                 ops_per_call)})
+  return timed
+
+
+def record(by_process: list[list[dict]], ops_per_call: int) -> dict:
+  """probe.json's mesh_collectives from every process's time_all: each
+  point at the slowest process's time, and the fits."""
+  timed = [{**point, 'time_s': max(p[i]['time_s'] for p in by_process),
+            'time_s_by_process': [p[i]['time_s'] for p in by_process]}
+           for i, point in enumerate(by_process[0])]
+  return {'what': ('each collective of a sharded step, timed inside a program on every '
+                   'group of a mesh axis at once (probe/mesh_collectives.py)'),
+          'ops_per_call': ops_per_call, 'points': timed, 'fits': fit(timed)}
 
 
 def fit(timed: list[dict]) -> dict:

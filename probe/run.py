@@ -190,7 +190,9 @@ def _measure(config) -> dict:
                             len({len(h) for h in topology.hosts}) == 1)
   if mesh_collectives_timed:
     logging.info('probe: timing each collective on the device groups of a mesh')
-    mine['mesh_collectives'] = _time_mesh_collectives(config.probe, topology)
+    mine['mesh_collectives'] = mesh_collectives.time_all(
+        [d for host in topology.hosts for d in host], len(topology.hosts[0]),
+        config.probe.repeats, config.probe.ops_per_call)
   capacity = memory.device_capacity(config.runtime.device_memory_gib)
   logging.info('probe: timing %s on each device', config.model.name)
   mine['compute'] = compute.sweep(exp, jax.local_devices(), settings.per_device_batches(config),
@@ -229,7 +231,8 @@ def _measure(config) -> dict:
       'collectives': {level: _level_record(level, topology, by_process, sizes, configured)
                       for level in hosts_lib.LEVELS},
       'step_fixed_cost': _step_record(by_process),
-      'mesh_collectives': (_mesh_collectives_record(by_process, config.probe)
+      'mesh_collectives': (mesh_collectives.record([p['mesh_collectives'] for p in by_process],
+                                                   config.probe.ops_per_call)
                            if mesh_collectives_timed else None),
       'compute': compute_record,
       'update': {'what': "the optimiser's update of the model's parameters on every device "
@@ -278,24 +281,6 @@ def _time_step(repeats: int) -> list[dict]:
     points.append({'all_devices_step_s': all_devices_s,
                    'one_device_step_s': alone.median_s(repeats)})
   return points
-
-
-def _time_mesh_collectives(probe, topology) -> list[dict]:
-  """This process's time of each point of probe/mesh_collectives.py, on
-  the job's devices host by host; every process walks the same loops."""
-  devices = [d for host in topology.hosts for d in host]
-  timed = []
-  for shape in mesh_collectives.group_shapes(len(devices), len(topology.hosts[0])):
-    for op, message_bytes, operands in mesh_collectives.points(shape):
-      program = mesh_collectives.compile_program(op, devices, shape, message_bytes, operands,
-                                                 probe.ops_per_call)
-      processes.barrier()
-      size = 4 * mesh_collectives.result_elements(message_bytes, shape['group_size'])
-      timed.append({'op': op, **shape, 'message_bytes': size, 'operands': operands,
-                    'hlo_operands': mesh_collectives.operands_in(program[0], op),
-                    'time_s': mesh_collectives.time_s(*program, probe.repeats,
-                                                      probe.ops_per_call)})
-  return timed
 
 
 # --- Combining the processes' figures (the same on every process) ---------------
@@ -359,17 +344,6 @@ def _step_record(by_process) -> dict:
         [q['operands'] for q in points], [max(q['extra_s'], _MIN_EXTRA_S) for q in points])
     record.update(fixed_cost_s=fixed, per_operand_s=per_operand, max_relative_residual=worst)
   return record
-
-
-def _mesh_collectives_record(by_process, probe) -> dict:
-  timed = []
-  for i, point in enumerate(by_process[0]['mesh_collectives']):
-    mine = [p['mesh_collectives'][i]['time_s'] for p in by_process]
-    timed.append({**point, 'time_s': max(mine), 'time_s_by_process': mine})
-  return {'what': ('each collective of a sharded step, timed inside a program on every '
-                   'group of a mesh axis at once (probe/mesh_collectives.py)'),
-          'ops_per_call': probe.ops_per_call, 'points': timed,
-          'fits': mesh_collectives.fit(timed)}
 
 
 def _compute_record(by_process, config, capacity) -> dict:
