@@ -282,6 +282,17 @@ def array_cost(records) -> list[Table]:
   return [(header, rows), (fits_header, fits)]
 
 
+def collective_overlap(records) -> list[Table]:
+  header = ['layout', 'level', 'devices', 'all-reduce us', 'chunk us', 'dependent us',
+            'independent us', 'paid (dependent)', 'paid (independent)']
+  rows = [[r['layout'], r['level'], _f(r['group_size'], 'd'),
+           _f(1e6 * r['collective_s'], '.0f'), _f(1e6 * r['compute_s'], '.0f'),
+           _f(1e6 * r['dependent_s'], '.0f'), _f(1e6 * r['independent_s'], '.0f'),
+           _f(r['dependent_paid_share'], '.2f'), _f(r['independent_paid_share'], '.2f')]
+          for r in records]
+  return [(header, rows)]
+
+
 def restore_memory(records) -> list[Table]:
   header = ['case', 'model', 'mesh', 'code', 'peak RSS (GiB)', 'RSS before (GiB)',
             'restore s', 'optimiser state read']
@@ -426,4 +437,4 @@ TABLES = {f.__name__: f for f in (
     step_parts, memory_table, multiprocess, restore_memory, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
     test_suite, quickstart_run, plan_example, goodput_cost,
-    metrics_writer_import, mesh_check, array_cost, large_vit_plans)}
+    metrics_writer_import, mesh_check, array_cost, collective_overlap, large_vit_plans)}

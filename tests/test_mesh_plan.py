@@ -401,6 +401,37 @@ def test_accumulation_counts_its_loops_collectives_and_flops_once_a_micro_batch(
       op['runs'] for op in raw['collectives'])
 
 
+def _all_reduces_over(raw, devices):
+  return [op for op in raw['collectives']
+          if op['op'] == 'all-reduce' and len(op['group']) == devices]
+
+
+def test_accumulation_reduces_the_gradients_over_data_once_a_step():
+  # data=8: the gradients' all-reduce over all 8 devices runs once, after
+  # the loop, and moves what one batch's does; none is left in the loop.
+  config = _tiny_vit(1)
+  one = mesh_plan.compile_candidate(config, mc.Candidate(8, 1, 1), 10, dtype='float32')
+  config.batch_size = 32
+  accumulated = mesh_plan.compile_candidate(config, mc.Candidate(8, 1, 1, grad_accum=2), 10,
+                                            dtype='float32')
+  gradients = lambda raw: sum(op['bytes'] * op['runs'] for op in _all_reduces_over(raw, 8)
+                              if op['bytes'] > 1024)
+  assert {op['runs'] for op in _all_reduces_over(accumulated, 8) if op['bytes'] > 1024} == {1}
+  assert gradients(accumulated) == pytest.approx(gradients(one), rel=1e-3)
+
+
+def test_a_model_with_batch_norm_keeps_one_reduction_a_micro_batch():
+  # Its statistics span the whole micro-batch: each micro-batch's forward
+  # pass reduces them over data, and the gradients stay in the loop too.
+  config = default.get_config()
+  config.model.name, config.model.width = 'resnet18', 8
+  config.data.image_size, config.batch_size = 32, 32
+  config.data.num_synthetic_classes = 10
+  raw = mesh_plan.compile_candidate(config, mc.Candidate(8, 1, 1, grad_accum=2), 10,
+                                    dtype='float32')
+  assert {op['runs'] for op in _all_reduces_over(raw, 8)} == {2}
+
+
 def test_the_trainers_flops_count_every_micro_batch():
   from trainer import experiment, mfu  # pylint: disable=g-import-not-at-top
   counts = []

@@ -73,7 +73,8 @@ def train(model_name, config, devices, num_steps=NUM_STEPS):
       functools.partial(step_functions.train_step, model=model, tx=tx, learning_rate_fn=lr_fn,
                         grad_accum_steps=config.grad_accum_steps,
                         param_shardings=shardings.params,
-                        update_shardings=update_shardings),
+                        update_shardings=update_shardings,
+                        data_shards=mesh.shape['data']),
       in_shardings=(shardings, mesh_lib.batch_sharding(mesh)),
       out_shardings=(shardings, None))
   losses = []
@@ -134,10 +135,36 @@ def test_fsdp_8_splits_vit_params_and_optimizer_state_8_ways():
     assert x.addressable_shards[0].data.size * 8 == x.size, (x.shape, x.sharding.spec)
 
 
-def test_gradient_accumulation_matches_one_batch_of_k_times_the_size():
-  losses_1, state_1 = train('vit', _config((8, 1, 1)), jax.devices())
-  losses_k, state_k = train('vit', _config((8, 1, 1), grad_accum_steps=2), jax.devices())
+@pytest.mark.parametrize('mesh_shape', [(8, 1, 1), (2, 2, 2)], ids=['8x1x1', '2x2x2'])
+def test_gradient_accumulation_matches_one_batch_of_k_times_the_size(mesh_shape):
+  losses_1, state_1 = train('vit', _config(mesh_shape), jax.devices())
+  losses_k, state_k = train('vit', _config(mesh_shape, grad_accum_steps=2), jax.devices())
   np.testing.assert_allclose(losses_k, losses_1, rtol=2e-5)
   for a, b in zip(jax.tree.leaves(jax.device_get(state_k.params)),
                   jax.tree.leaves(jax.device_get(state_1.params))):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
+
+
+def test_accumulation_over_data_shards_trains_a_model_with_dropout():
+  # Dropout draws a stream per (micro-batch, shard) inside the shard_map.
+  config = _config((8, 1, 1), grad_accum_steps=2)
+  mesh = mesh_lib.create_mesh(config.mesh, devices=jax.devices())
+  rules = mesh_lib.logical_axis_rules(config)
+  model = registry.create_model('vit_ti16', num_classes=NUM_CLASSES, image_size=IMAGE_SIZE,
+                                patch_size=4, hidden_size=32, mlp_dim=64, num_heads=4,
+                                depth=2, dropout_rate=0.5)
+  params = nn.meta.unbox(jax.jit(model.init, static_argnames='train')(
+      jax.random.key(0), np.zeros((1, IMAGE_SIZE, IMAGE_SIZE, 3), np.float32),
+      train=False)['params'])
+  grads = functools.partial(step_functions.compute_gradients, model=model, grad_accum_steps=2,
+                            data_shards=8)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    batch = jax.device_put(_batches()[0], mesh_lib.batch_sharding(mesh))
+    first, _, metrics = jax.jit(grads)(params, {}, batch, 0)
+    again, _, _ = jax.jit(grads)(params, {}, batch, 1)
+  assert np.isfinite(float(metrics['loss']))
+  # The head starts at zero: its kernel's gradient is the first to move.
+  kernel = lambda g: np.asarray(g['head']['kernel'])
+  assert np.isfinite(kernel(first)).all()
+  # Another step draws other masks.
+  assert np.abs(kernel(first) - kernel(again)).max() > 1e-6

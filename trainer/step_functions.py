@@ -1,5 +1,6 @@
 """The pure functions of one step: loss, train step, eval step."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -127,7 +128,7 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
                       label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
                       cutmix_alpha: float = 0.0, mixup_switch_prob: float = 0.5,
                       grad_accum_steps: int = 1, seed: int = 0,
-                      nan_at_step: int = -1, param_hook=None):
+                      nan_at_step: int = -1, param_hook=None, data_shards: int = 1):
   """Gradients of the mean loss over `batch`; returns (grads, batch_stats, metrics).
 
   The one loss-and-gradient code of both engines: SPMD calls it on the global
@@ -170,6 +171,10 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
   if grad_accum_steps == 1:
     (loss, (logits, batch_stats)), grads = grad_fn(
         params, batch_stats, images, targets, dropout_rng)
+  elif data_shards > 1 and not batch_stats:
+    grads, loss, logits = _per_shard_gradients(
+        grad_fn, params, images, targets, dropout_rng, grad_accum_steps)
+    labels = _micro_batches(labels, grad_accum_steps).reshape(-1)
   else:
     k = grad_accum_steps
 
@@ -194,12 +199,73 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
   return grads, batch_stats, metrics
 
 
+def _without_data_axis(rules) -> tuple:
+  """Logical axis rules with the 'data' mesh axis taken out of every
+  target: inside a vmap over data shards that axis is the vmap's."""
+  def strip(target):
+    if target == 'data':
+      return None
+    if isinstance(target, (tuple, list)):
+      kept = tuple(t for t in target if t != 'data')
+      return kept[0] if len(kept) == 1 else (kept or None)
+    return target
+  return tuple((name, strip(target)) for name, target in rules)
+
+
+def _per_shard_gradients(grad_fn, params, images, targets, dropout_rng, k: int):
+  """Gradient accumulation that reduces over the data axis once: (grads,
+  loss, logits of every micro-batch in order).
+
+  A shard_map makes the mesh's data axis manual (fsdp and tensor stay
+  XLA's): each data shard splits its own share of the batch into the k
+  micro-batches (example j, j+k, ... of its share: together, the same
+  micro-batches as `_micro_batches` of the whole batch), sums their
+  gradients on its own devices, and one psum over data adds the shards.
+  Without it XLA reduces the loop carry's gradient over data in every
+  micro-batch, since the carry has the parameters' layout. Dropout draws
+  each shard's stream from (micro-batch, shard)."""
+  rules = _without_data_axis(nn.get_logical_axis_rules())
+
+  def local(params, images, targets, rng):
+    # Varying over the shards, so that each shard's gradient is its own: the
+    # gradient of an invariant input would be summed over data right there,
+    # in every micro-batch.
+    params = jax.lax.pcast(params, 'data', to='varying')
+    shard = jax.lax.axis_index('data')
+    shards = jax.lax.axis_size('data')
+
+    def accumulate(carry, micro):
+      grads_sum, loss_sum = carry
+      images, targets, index = micro
+      micro_rng = (None if rng is None
+                   else jax.random.fold_in(jax.random.fold_in(rng, index), shard))
+      with nn.logical_axis_rules(rules):
+        (loss, (logits, _)), grads = grad_fn(params, {}, images, targets, micro_rng)
+      return (jax.tree.map(jnp.add, grads_sum, grads), loss_sum + loss), logits
+
+    # The carry varies over the data shards, as what is added to it does.
+    zeros = (jax.tree.map(jnp.zeros_like, params),
+             jax.lax.pcast(jnp.zeros(()), 'data', to='varying'))
+    (grads, loss), logits = jax.lax.scan(
+        accumulate, zeros,
+        (_micro_batches(images, k), _micro_batches(targets, k), jnp.arange(k)))
+    scale = 1.0 / (k * shards)
+    grads = jax.tree.map(lambda g: jax.lax.psum(g, 'data') * scale, grads)
+    return grads, jax.lax.psum(loss, 'data') * scale, logits
+
+  grads, loss, logits = jax.shard_map(
+      local, in_specs=(jax.P(), jax.P('data'), jax.P('data'), jax.P()),
+      out_specs=(jax.P(), jax.P(), jax.P(None, 'data')), axis_names={'data'})(
+          params, images, targets, dropout_rng)
+  return grads, loss, logits.reshape(-1, logits.shape[-1])
+
+
 def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
                label_smoothing: float = 0.0, mixup_alpha: float = 0.0,
                cutmix_alpha: float = 0.0, mixup_switch_prob: float = 0.5,
                grad_accum_steps: int = 1, seed: int = 0,
                skip_nonfinite: bool = False, nan_at_step: int = -1,
-               param_shardings=None, update_shardings=None):
+               param_shardings=None, update_shardings=None, data_shards: int = 1):
   """One optimiser step on a global batch; returns (state, metrics).
 
   metrics['finite'] is 0 when the loss or the gradients are not finite; it is
@@ -221,7 +287,8 @@ def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
       params, state.batch_stats, batch, state.step, model=model,
       label_smoothing=label_smoothing, mixup_alpha=mixup_alpha,
       cutmix_alpha=cutmix_alpha, mixup_switch_prob=mixup_switch_prob,
-      grad_accum_steps=grad_accum_steps, seed=seed, nan_at_step=nan_at_step)
+      grad_accum_steps=grad_accum_steps, seed=seed, nan_at_step=nan_at_step,
+      data_shards=data_shards)
   if update_shardings is not None:
     if param_shardings is not None:
       grads = jax.lax.with_sharding_constraint(grads, param_shardings)

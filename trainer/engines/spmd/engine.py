@@ -29,6 +29,7 @@ def jit_train_step(exp):
                         skip_nonfinite=exp.config.nonfinite == 'skip',
                         nan_at_step=exp.config.debug.nan_at_step,
                         param_shardings=exp.state_shardings.params,
+                        data_shards=exp.mesh.shape['data'],
                         update_shardings=(
                             state_lib.update_shardings(exp.state_shardings,
                                                        exp.abstract_state)
