@@ -10,7 +10,7 @@ on JFT-3B) with the larger model. The mesh, remat and accumulation are
 --mode=plan --config.plan.parallelism=mesh's answer for 64 GPUs of 80 GB in
 hosts of 8 (benchmarks/large_vit_plans.py; its record in
 results/plan/large_vits_64.jsonl, which tests/test_large_vit_recipes.py
-holds this file to): 54.1 GiB per device by XLA's memory analysis, within
+holds this file to): 54.7 GiB per device by XLA's memory analysis, within
 the 60.35 GiB budget of an 80 GB GPU; its step time is a prediction. On
 other devices or another batch, plan again (docs/mesh-planner.md).
 """

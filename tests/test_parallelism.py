@@ -135,10 +135,14 @@ def test_fsdp_8_splits_vit_params_and_optimizer_state_8_ways():
     assert x.addressable_shards[0].data.size * 8 == x.size, (x.shape, x.sharding.spec)
 
 
-@pytest.mark.parametrize('mesh_shape', [(8, 1, 1), (2, 2, 2)], ids=['8x1x1', '2x2x2'])
-def test_gradient_accumulation_matches_one_batch_of_k_times_the_size(mesh_shape):
-  losses_1, state_1 = train('vit', _config(mesh_shape), jax.devices())
-  losses_k, state_k = train('vit', _config(mesh_shape, grad_accum_steps=2), jax.devices())
+@pytest.mark.parametrize('mesh_shape,shard_update', [((8, 1, 1), False), ((2, 2, 2), False),
+                                                    ((4, 1, 2), True)],
+                         ids=['8x1x1', '2x2x2', '4x1x2+ZeRO-1'])
+def test_gradient_accumulation_matches_one_batch_of_k_times_the_size(mesh_shape, shard_update):
+  config_1, config_k = _config(mesh_shape), _config(mesh_shape, grad_accum_steps=2)
+  config_1.mesh.shard_update = config_k.mesh.shard_update = shard_update
+  losses_1, state_1 = train('vit', config_1, jax.devices())
+  losses_k, state_k = train('vit', config_k, jax.devices())
   np.testing.assert_allclose(losses_k, losses_1, rtol=2e-5)
   for a, b in zip(jax.tree.leaves(jax.device_get(state_k.params)),
                   jax.tree.leaves(jax.device_get(state_1.params))):
