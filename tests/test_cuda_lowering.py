@@ -13,6 +13,7 @@ show (XLA:GPU's compile, memory and speed) is in docs/gpus.md.
 """
 
 import collections
+import math
 import re
 import tempfile
 
@@ -101,6 +102,9 @@ def _tiny_gpu_config(recipe, mesh, shard_update, model=None):
   config.model.depth = 1 if is_vit else 0
   # The recipes' batch-norm groups (32, 64) shrink to one group a device.
   config.model.bn_group_size = min(config.model.bn_group_size, GLOBAL_BATCH // 8)
+  # The recipes' micro-batches shrink to whole examples a device (ViT-G/14's
+  # eight to two).
+  config.grad_accum_steps = math.gcd(config.grad_accum_steps, GLOBAL_BATCH // 8)
   config.mesh.shard_update = shard_update
   return config
 

@@ -201,7 +201,8 @@ def compute_gradients(params, batch_stats, batch, step, *, model,
 
 def _without_data_axis(rules) -> tuple:
   """Logical axis rules with the 'data' mesh axis taken out of every
-  target: inside a vmap over data shards that axis is the vmap's."""
+  target: inside a shard_map whose data axis is manual, a sharding
+  constraint may not name it."""
   def strip(target):
     if target == 'data':
       return None
@@ -281,6 +282,8 @@ def train_step(state: TrainState, batch, *, model, tx, learning_rate_fn,
   gradients are summed first: without it XLA's sharding propagation carries
   the split back into the backward pass (it split batch norm's channels
   and gathered them again, 140 collectives more in a ResNet-18 step).
+  data_shards: the mesh's data axis size, for gradient accumulation
+  (compute_gradients).
   """
   params = state.params
   grads, batch_stats, metrics = compute_gradients(
