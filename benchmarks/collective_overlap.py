@@ -13,7 +13,8 @@ rounds of
 - collective: an all-reduce of 4 KiB per device, each round's input the
   last round's output;
 - compute: a chunk of `repeats` 128 x 128 matmuls per device, `repeats`
-  set so that one chunk takes about as long as one collective;
+  set so that one chunk takes about as long as one collective (at least
+  one matmul: in one process of 8 CPU devices that is about twice as long);
 - dependent: the chunk, then the all-reduce of an array computed from it,
   then the next chunk on its result (a step's critical path);
 - independent: the chunk and the all-reduce, neither waiting for the other
