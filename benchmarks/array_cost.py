@@ -23,10 +23,9 @@ appends them to a file.
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
+import process_layout  # benchmarks/process_layout.py, beside this script
 import provenance  # benchmarks/provenance.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,11 +45,8 @@ def _fit(ks, extras):
 
 
 def worker(args) -> None:
+  process_layout.initialize(args)
   # pylint: disable=g-import-not-at-top
-  from cli import runtime
-  runtime.restart_with_malloc_tunables()
-  runtime.initialize(num_cpu_devices=args.devices, coordinator_address=args.coordinator,
-                     num_processes=args.processes, process_id=args.process_id)
   import jax
   from probe import collectives
   from probe import processes
@@ -81,48 +77,16 @@ def worker(args) -> None:
       json.dump(merged, f)
 
 
-def _launch(layout: str, repeats: int, result: str) -> None:
-  from cli import launcher  # pylint: disable=g-import-not-at-top
-  processes, devices = (int(v) for v in layout.split('x'))
-  port = launcher.free_port()
-  cores = os.cpu_count() or 1
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  env.pop('XLA_FLAGS', None)
-  commands = []
-  for i in range(processes):
-    pin = ['taskset', '-c', str(i % cores)] if processes > 1 else []
-    commands.append([*pin, sys.executable, os.path.abspath(__file__), '--worker',
-                     f'--processes={processes}', f'--devices={devices}', f'--process_id={i}',
-                     f'--coordinator=127.0.0.1:{port}', f'--repeats={repeats}',
-                     f'--result={result}'])
-  running = [subprocess.Popen(c, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
-             for c in commands]
-  for i, p in enumerate(running):
-    _, err = p.communicate()
-    if p.returncode != 0:
-      raise RuntimeError(f'process {i} failed ({p.returncode}): {err[-3000:]}')
-
-
 def main():
   parser = argparse.ArgumentParser()
-  parser.add_argument('--layout', default='2x1', help='processes x devices per process')
-  parser.add_argument('--repeats', type=int, default=30)
-  parser.add_argument('--worker', action='store_true')
-  parser.add_argument('--processes', type=int, default=1)
-  parser.add_argument('--devices', type=int, default=1)
-  parser.add_argument('--process_id', type=int, default=0)
-  parser.add_argument('--coordinator', default=None)
-  parser.add_argument('--result', default='')
+  process_layout.add_arguments(parser, default_layout='2x1', default_repeats=30)
   provenance.add_out_argument(parser)
   args = parser.parse_args()
   if args.worker:
     worker(args)
     return
   results = provenance.Results(args.out)
-  path = os.path.join(tempfile.mkdtemp(prefix='array_cost_'), 'result.json')
-  _launch(args.layout, args.repeats, path)
-  with open(path) as f:
-    measured = json.load(f)
+  measured = process_layout.run(__file__, args.layout, args.repeats)
   n = measured['devices']
   from probe import step_cost  # pylint: disable=g-import-not-at-top
   from probe import fit as fit_lib  # pylint: disable=g-import-not-at-top

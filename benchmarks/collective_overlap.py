@@ -34,10 +34,9 @@ One JSON line per level with its provenance (benchmarks/provenance.py);
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
+import process_layout  # benchmarks/process_layout.py, beside this script
 import provenance  # benchmarks/provenance.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,7 +47,6 @@ MESSAGE_BYTES = 4096
 OPS_PER_CALL = 20
 MAX_REPEATS = 256
 KINDS = ('collective', 'compute', 'dependent', 'independent')
-_AXES = ('outer', 'group', 'inner')
 
 
 def paid_share(collective_s: float, compute_s: float, combined_s: float) -> float:
@@ -75,10 +73,8 @@ def compile_program(kind: str, devices, shape: dict, repeats: int):
   import jax.numpy as jnp
   import numpy as np
   from probe import mesh_collectives
-  n, s = shape['group_size'], shape['stride']
-  mesh = jax.make_mesh((len(devices) // (n * s), n, s), _AXES, devices=devices,
-                       axis_types=(jax.sharding.AxisType.Explicit,) * 3)
-  elements = mesh_collectives.result_elements(MESSAGE_BYTES, n)
+  mesh = mesh_collectives.group_mesh(devices, shape)
+  elements = mesh_collectives.result_elements(MESSAGE_BYTES, shape['group_size'])
   weight = jnp.full((CHUNK, CHUNK), 1.0 / CHUNK, jnp.float32)
 
   def chunk(a):
@@ -97,7 +93,7 @@ def compile_program(kind: str, devices, shape: dict, repeats: int):
       x = jax.lax.psum(x, 'group')
     return x, a
 
-  spec = jax.P(_AXES)
+  spec = jax.P(mesh.axis_names)
   program = jax.jit(jax.shard_map(
       lambda x, a: jax.lax.fori_loop(0, OPS_PER_CALL, one_round, (x, a)),
       mesh=mesh, in_specs=(spec, spec), out_specs=(spec, spec), check_vma=False))
@@ -113,11 +109,8 @@ def compile_program(kind: str, devices, shape: dict, repeats: int):
 
 
 def worker(args) -> None:
+  process_layout.initialize(args)
   # pylint: disable=g-import-not-at-top
-  from cli import runtime
-  runtime.restart_with_malloc_tunables()
-  runtime.initialize(num_cpu_devices=args.devices, coordinator_address=args.coordinator,
-                     num_processes=args.processes, process_id=args.process_id)
   import jax
   import numpy as np
   from probe import collectives
@@ -146,49 +139,16 @@ def worker(args) -> None:
       json.dump(levels, f)
 
 
-def _launch(layout: str, repeats: int, result: str) -> None:
-  from cli import launcher  # pylint: disable=g-import-not-at-top
-  processes, devices = (int(v) for v in layout.split('x'))
-  port = launcher.free_port()
-  cores = os.cpu_count() or 1
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  env.pop('XLA_FLAGS', None)
-  commands = []
-  for i in range(processes):
-    # Pinned as benchmarks/mesh_check.py pins its processes: a host each.
-    pin = ['taskset', '-c', str(i % cores)] if processes > 1 else []
-    commands.append([*pin, sys.executable, os.path.abspath(__file__), '--worker',
-                     f'--processes={processes}', f'--devices={devices}', f'--process_id={i}',
-                     f'--coordinator=127.0.0.1:{port}', f'--repeats={repeats}',
-                     f'--result={result}'])
-  running = [subprocess.Popen(c, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
-             for c in commands]
-  for i, p in enumerate(running):
-    _, err = p.communicate()
-    if p.returncode != 0:
-      raise RuntimeError(f'process {i} failed ({p.returncode}): {err[-3000:]}')
-
-
 def main():
   parser = argparse.ArgumentParser()
-  parser.add_argument('--layout', default='1x8', help='processes x devices per process')
-  parser.add_argument('--repeats', type=int, default=15)
-  parser.add_argument('--worker', action='store_true')
-  parser.add_argument('--processes', type=int, default=1)
-  parser.add_argument('--devices', type=int, default=1)
-  parser.add_argument('--process_id', type=int, default=0)
-  parser.add_argument('--coordinator', default=None)
-  parser.add_argument('--result', default='')
+  process_layout.add_arguments(parser, default_layout='1x8', default_repeats=15)
   provenance.add_out_argument(parser)
   args = parser.parse_args()
   if args.worker:
     worker(args)
     return
   results = provenance.Results(args.out)
-  path = os.path.join(tempfile.mkdtemp(prefix='collective_overlap_'), 'result.json')
-  _launch(args.layout, args.repeats, path)
-  with open(path) as f:
-    levels = json.load(f)
+  levels = process_layout.run(__file__, args.layout, args.repeats)
   for level in levels:
     t = level.pop('times')
     results.write({'layout': args.layout, **level,

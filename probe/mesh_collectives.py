@@ -83,15 +83,22 @@ def result_elements(message_bytes: int, n: int) -> int:
   return -(-message_bytes // (4 * n)) * n
 
 
+def group_mesh(devices, shape: dict) -> jax.sharding.Mesh:
+  """`devices` as a mesh ('outer', 'group', 'inner') whose 'group' axis is
+  the groups of `shape`: n devices a stride s apart."""
+  n, s = shape['group_size'], shape['stride']
+  return jax.make_mesh((len(devices) // (n * s), n, s), _AXES, devices=devices,
+                       axis_types=(jax.sharding.AxisType.Explicit,) * 3)
+
+
 def compile_program(op: str, devices, shape: dict, message_bytes: int, operands: int,
                     ops_per_call: int):
   """(compiled program, its zero-filled inputs): `ops_per_call` chained
   collectives of `op` on every group of `shape` at once, each over
   `operands` float32 arrays whose result is result_elements(message_bytes,
   n) per device."""
-  n, s = shape['group_size'], shape['stride']
-  mesh = jax.make_mesh((len(devices) // (n * s), n, s), _AXES, devices=devices,
-                       axis_types=(jax.sharding.AxisType.Explicit,) * 3)
+  n = shape['group_size']
+  mesh = group_mesh(devices, shape)
   elements = result_elements(message_bytes, n)
   per_device = elements // n if op == 'all-gather' else elements
   one = _one(op, n)
