@@ -20,7 +20,10 @@ collectives on a mesh's groups, its step's fixed cost, its compute points)
 and per candidate, with their provenance (benchmarks/provenance.py);
 --out also appends them to a file; per (layout, model, batch) a summary line
 (MAPE, worst cell, the plan's choice against the measured fastest, Spearman's
-rank correlation); a Markdown table on standard error.
+rank correlation, the spread of the timed steps, and how far its measured and
+predicted steps moved from the run of the same cells already in --out, if
+any: each run probes, plans and measures afresh); per (layout, model) the
+floor of the costing's form (form_floor); a Markdown table on standard error.
 
   .venv/bin/python benchmarks/mesh_check.py --out=results/plan/mesh_check.jsonl
 """
@@ -32,6 +35,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
 
 import provenance  # benchmarks/provenance.py, beside this script
 
@@ -132,6 +137,7 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
           'error': row['step_s'] / m['step_s'] - 1,
           'predicted_compute_s': row['compute_s'],
           'predicted_communication_s': row['communication_s'],
+          'flops': row['flops'], 'bytes_accessed': row['bytes_accessed'],
           'collectives': row['collectives'],
           'planned_peak_bytes': row['peak'], 'trainer_peak_bytes': m['peak_bytes'],
           'live_peak_bytes': m['live_peak_bytes'],
@@ -160,7 +166,58 @@ def summary(rows: list[dict]) -> dict:
       'chosen_over_fastest': chosen['measured_step_s'] / fastest['measured_step_s'] - 1,
       'spearman': _spearman([r['predicted_step_s'] for r in rows],
                             [r['measured_step_s'] for r in rows]),
-      'memory_equal': all(r['planned_peak_bytes'] == r['trainer_peak_bytes'] for r in rows)}
+      'memory_equal': all(r['planned_peak_bytes'] == r['trainer_peak_bytes'] for r in rows),
+      'step_spread': statistics.median(statistics.pstdev(r['measured_steps_s'])
+                                       / r['measured_step_s'] for r in rows)}
+
+
+def _cell(row: dict) -> tuple:
+  return row['layout'], row['model'], row['global_batch'], row['configuration']
+
+
+def earlier_run(path: str) -> list[dict]:
+  """The candidates of the latest run already in `path` (none: [])."""
+  if not path or not os.path.exists(path):
+    return []
+  with open(path) as f:
+    cells = [r for r in map(json.loads, filter(str.strip, f)) if r['kind'] == 'candidate']
+  latest = max((r['date'] for r in cells), default=None)
+  return [r for r in cells if r['date'] == latest]
+
+
+def against_earlier(rows: list[dict], earlier: list[dict]) -> dict:
+  """How far one group's cells moved from the earlier run of the same
+  cells: the mean relative difference of the measured steps, and of the
+  predictions (each run probes afresh); None without an earlier run."""
+  before = {_cell(r): r for r in earlier}
+  pairs = [(r, before[_cell(r)]) for r in rows if _cell(r) in before]
+  if not pairs:
+    return {'earlier_run': None, 'repeat_cells': 0, 'repeat_measured_difference': None,
+            'repeat_predicted_difference': None}
+  moved = lambda key: statistics.mean(abs(r[key] / e[key] - 1) for r, e in pairs)
+  return {'earlier_run': {k: pairs[0][1][k] for k in ('date', 'commit')},
+          'repeat_cells': len(pairs),
+          'repeat_measured_difference': moved('measured_step_s'),
+          'repeat_predicted_difference': moved('predicted_step_s')}
+
+
+FLOOR_TERMS = ('flops', 'bytes_accessed', 'predicted_communication_s')
+
+
+def form_floor(rows: list[dict]) -> dict:
+  """How close any weighting of the plan's own terms comes to these
+  measured steps: measured = a x FLOPs + b x bytes accessed + c x the
+  collectives as costed + d, fitted to the measured cells themselves (least
+  squares of the relative error). Not a prediction: what no re-weighting of
+  the costing's terms could beat on these cells, beside the noise of the
+  steps themselves (summary's step_spread)."""
+  terms = np.array([[r[k] for k in FLOOR_TERMS] + [1.0] for r in rows])
+  measured = np.array([r['measured_step_s'] for r in rows])
+  weights, *_ = np.linalg.lstsq(terms / measured[:, None], np.ones(len(rows)), rcond=None)
+  errors = np.abs(terms @ weights / measured - 1)
+  return {'layout': rows[0]['layout'], 'model': rows[0]['model'], 'cells': len(rows),
+          'mape': float(errors.mean()), 'worst_error': float(errors.max()),
+          'weights': dict(zip((*FLOOR_TERMS, 'constant_s'), map(float, weights)))}
 
 
 def worker(argv: list[str]) -> None:
@@ -242,6 +299,7 @@ def main():
   parser.add_argument('--steps', type=int, default=10)
   provenance.add_out_argument(parser)
   args = parser.parse_args()
+  earlier = earlier_run(args.out)  # read before this run appends to it
   results = provenance.Results(args.out)
   batches = [int(b) for b in args.batches.split(',')]
   root = tempfile.mkdtemp(prefix='mesh_check_')
@@ -259,7 +317,8 @@ def main():
                        f"{' (chosen)' if r['chosen'] else ''} | "
                        f"{1e3 * r['predicted_step_s']:.1f} | {1e3 * r['measured_step_s']:.1f} | "
                        f"{100 * r['error']:+.0f}% |")
-        results.write({'kind': 'group', **summary(group)})
+        results.write({'kind': 'group', **summary(group), **against_earlier(group, earlier)})
+      results.write({'kind': 'floor', **form_floor(rows)})
   print('\n'.join(table), file=sys.stderr)
 
 

@@ -220,13 +220,21 @@ def probe_check(records) -> list[Table]:
 
 
 def mesh_check(records) -> list[Table]:
-  """Per (layout, model, batch): the summary; then every candidate."""
+  """Per (layout, model, batch): the summary; per (layout, model) the
+  floor of the costing's form, where the run has it; then the plan's
+  choice, the measured fastest and the worst predicted of each group."""
   header = ['layout', 'model', 'batch', 'candidates', 'MAPE', 'worst', 'chosen',
-            'measured fastest', 'chosen over fastest', 'Spearman', 'memory equal']
+            'measured fastest', 'chosen over fastest', 'Spearman', 'memory equal',
+            'step spread', 'measured moved', 'predicted moved']
   rows = [[r['layout'], r['model'], _f(r['global_batch'], 'd'), _f(r['candidates'], 'd'),
            _percent(r['mape']), _percent(r['worst_error']), r['chosen'], r['measured_fastest'],
-           _percent(r['chosen_over_fastest']), _f(r['spearman'], '.2f'), _f(r['memory_equal'])]
+           _percent(r['chosen_over_fastest']), _f(r['spearman'], '.2f'), _f(r['memory_equal']),
+           _percent(r.get('step_spread')), _percent(r.get('repeat_measured_difference')),
+           _percent(r.get('repeat_predicted_difference'))]
           for r in records if r['kind'] == 'group']
+  floors = [[r['layout'], r['model'], _f(r['cells'], 'd'), _percent(r['mape']),
+             _percent(r['worst_error'])] for r in records if r['kind'] == 'floor']
+  floor_table = [(['layout', 'model', 'cells', 'floor MAPE', 'floor worst'], floors)]
   # Of each group's candidates (all of them are in the data): the plan's
   # choice, the measured fastest and the worst predicted.
   cells_header = ['layout', 'model', 'batch', 'configuration', 'which', 'predicted ms',
@@ -245,7 +253,7 @@ def mesh_check(records) -> list[Table]:
                     _f(1e3 * r['measured_step_s'], '.1f'), f"{100 * r['error']:+.1f}%",
                     _f(r['planned_peak_bytes'] / 2**20, '.2f'),
                     _f(r['trainer_peak_bytes'] / 2**20, '.2f')])
-  return [(header, rows), (cells_header, cells)]
+  return [(header, rows), *(floor_table if floors else []), (cells_header, cells)]
 
 
 def large_vit_plans(records) -> list[Table]:

@@ -58,7 +58,9 @@ PLAN_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 GIB = 2**30
 # The plan answers the fastest entry and the next two, exactly (mesh_search).
 _ANSWERED = 3
-_SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops')
+# What a compile's terms hold; a cached compile of other terms is made again.
+_TERMS_VERSION = 2
+_SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops', 'bytes_accessed')
 
 
 def tensor_split_sizes(config) -> list[int]:
@@ -85,8 +87,8 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
                       depth: int = 0, dtype: str,
                       compiler_options: dict = PLAN_COMPILER_OPTIONS) -> dict:
   """One compile of the train step for `candidate` (at `depth` blocks, if
-  given): its memory, FLOPs and collectives (op, bytes, arrays and the
-  devices of its first group), before any link costs them."""
+  given): its memory, FLOPs, bytes accessed and collectives (op, bytes,
+  arrays and the devices of its first group), before any link costs them."""
   config = config.copy_and_resolve_references()
   config.engine = 'spmd'
   config.update_from_flattened_dict(candidate.config_values())
@@ -108,6 +110,7 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
   return {'peak': report.peak, 'params': report.params, 'opt_state': report.opt_state,
           'temporaries': report.temporaries,
           'flops': mfu.xla_flops(compiled, candidate.grad_accum),
+          'bytes_accessed': mfu.xla_bytes_accessed(compiled, candidate.grad_accum),
           'collectives': collectives}
 
 
@@ -151,7 +154,7 @@ class CompileCache:
   def key(config, candidate: mc.Candidate, depth: int, dtype: str) -> str:
     without_plan = {k: v for k, v in config.to_dict().items() if k != 'plan'}
     fields = [without_plan, candidate.config_values(), depth, dtype, jax.device_count(),
-              jax.__version__]
+              jax.__version__, _TERMS_VERSION]
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
   def get(self, config, candidate, num_classes, *, depth: int = 0, dtype: str) -> dict:

@@ -104,6 +104,7 @@ def test_terms_derived_from_one_and_two_blocks_match_a_compile_of_four(candidate
   for key in ('params', 'opt_state', 'flops'):
     assert derived[key] == pytest.approx(full[key], rel=1e-3), key
   assert derived['peak'] == pytest.approx(full['peak'], rel=0.05)
+  assert derived['bytes_accessed'] == pytest.approx(full['bytes_accessed'], rel=0.05)
   seconds = lambda t: sum(c['seconds'] for c in t['collectives'].values())
   assert seconds(derived) == pytest.approx(seconds(full), rel=0.05)
 

@@ -55,10 +55,21 @@ def xla_flops(program, grad_accum_steps: int = 1) -> float:
   gradient in a loop of k (trainer/step_functions.py): the step's FLOPs are
   k times the count, less k - 1 optimiser updates counted too many, which
   are elementwise and a small share beside the gradient's matmuls."""
+  return _cost_analysis(program, 'flops') * grad_accum_steps
+
+
+def xla_bytes_accessed(program, grad_accum_steps: int = 1) -> float:
+  """XLA's bytes read and written by a program's ops (its cost analysis),
+  the loop of k micro-batches counted k times as xla_flops counts it: what
+  a device's memory moves, beside what its arithmetic does."""
+  return _cost_analysis(program, 'bytes accessed') * grad_accum_steps
+
+
+def _cost_analysis(program, key: str) -> float:
   cost = program.cost_analysis()
   if isinstance(cost, (list, tuple)):  # older jax: one dict per program
     cost = cost[0]
-  return float(cost.get('flops', 0.0)) * grad_accum_steps
+  return float(cost.get(key, 0.0))
 
 
 def measured_peak_flops(devices, dtype, repeats: int = 10) -> float:
