@@ -209,6 +209,11 @@ def timed(terms: dict, costing: mesh_from_probe.Costing, plan) -> dict:
                                      backprop_share=plan.backprop_share)}
 
 
+def _over(row: dict, best: dict) -> str:
+  """How much slower `row` is predicted than `best`, in percent."""
+  return f'+{100 * (row["step_s"] / best["step_s"] - 1):.1f}% over the fastest'
+
+
 def _why_slower(row: dict, best: dict) -> str:
   """The term that costs `row` the most time against `best`."""
   diffs = {'compute': row['compute_s'] - best['compute_s']}
@@ -303,8 +308,10 @@ def run_mesh_plan(config, workdir: str) -> dict:
              'per device',
              f'run it: {_command(best)}']
   for row in rows[1:_ANSWERED]:
-    answers.append(f'next: {row["name"]}, {row["step_s"] * 1e3:.4g} ms '
-                   f'({_why_slower(row, best)})')
+    # How close it runs: a runner-up within what a probe's predictions move
+    # from one probe to the next deserves a measured step beside the best.
+    answers.append(f'next: {row["name"]}, {row["step_s"] * 1e3:.4g} ms, '
+                   f'{_over(row, best)} ({_why_slower(row, best)})')
   for row in misses:
     answers.append(f'does not fit: {row["name"]}, peak {row["peak"] / GIB:.2f} GiB '
                    f'(temporaries {row["temporaries"] / GIB:.2f} GiB)')

@@ -293,6 +293,11 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
   assert '--config.model.width=128 --config.model.depth=2' in plan['command']
   assert '--config.batch_size=16' in plan['command'] and '--config.plan.' not in plan['command']
   assert 'fastest that fits: ' + rows[0]['name'] in result.stdout
+  # Each runner-up says how far behind the fastest it is predicted.
+  for row in rows[1:]:
+    over = 100 * (row['step_s'] / rows[0]['step_s'] - 1)
+    assert f'next: {row["name"]}, {row["step_s"] * 1e3:.4g} ms, +{over:.1f}% over the fastest' \
+        in result.stdout
   assert plan['costed_from'] == 'probe' and plan['dtype'] == 'float32'
   for row in rows:
     assert row['step_s'] == pytest.approx(row['compute_s'] + row['communication_s'])
