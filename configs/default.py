@@ -135,7 +135,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.compute_s_batch = 0  # the per-device batch plan.compute_s is for; 0: the smallest of plan.per_worker_batch_sizes
   config.plan.device_tflops = 0.0  # the cluster's device peak, TFLOP/s in the model's dtype; 0: the devices at hand
   config.plan.device_utilization = 0.4  # fraction of that peak a train step reaches (T_C = FLOPs / (peak * this))
-  config.plan.device_memory_gib = 0.0  # memory of the cluster's device: larger batches are not tried; 0: as the devices at hand (runtime.device_memory_gib)
+  config.plan.device_memory_gib = 0.0  # memory of the cluster's device: larger batches are not tried; 0: as the devices at hand (runtime.device_memory_gib); for plan.parallelism=mesh, 0: no limit
   config.plan.target = 'cluster'  # cluster: the devices are named by plan.device_tflops, plan.compute_s or plan.probe (--mode=plan refuses none); here: a cluster of the devices at hand, timed here
   config.plan.parallelism = 'data'  # data: batch size, hosts and all-reduce or PS for data parallelism; mesh: the fastest (data, fsdp, tensor) mesh, ZeRO-1, remat and accumulation whose step fits plan.device_memory_gib, for batch_size over plan.num_workers devices compiled here (docs/mesh-planner.md)
   config.plan.mesh_derive = True  # plan.parallelism=mesh: compile a ViT at 1 and 2 blocks and extrapolate to its depth (minutes instead of an hour); False: compile each candidate whole

@@ -11,8 +11,9 @@ import math
 
 # Remat and accumulation, from the cheapest in time to the cheapest in
 # memory: recomputing the dots of the forward pass costs less than all of
-# it, and both cost less than halving the micro-batch, which also repeats
-# FSDP's gathers once per micro-batch.
+# it, and both cost less than halving the micro-batch, which repeats the
+# activations' collectives and FSDP's reduction of the gradients once per
+# micro-batch.
 LADDER = tuple((remat, accum) for accum in (1, 2, 4, 8, 16, 32)
                for remat in ('none', 'dots', 'full'))
 
