@@ -21,7 +21,6 @@ appends them to a file.
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -68,13 +67,11 @@ def worker(args) -> None:
     bandwidth.append(collectives.time_s(program, x, args.repeats, 4))
   # The slowest process's figures, as the probe records them.
   everyone = processes.gather({'times': times, 'bandwidth': bandwidth})
-  if jax.process_index() == 0:
-    merged = {'times': {key: [max(p['times'][key][i] for p in everyone) for i in (0, 1)]
-                        for key in times},
-              'bandwidth': [max(p['bandwidth'][i] for p in everyone) for i in (0, 1)],
-              'devices': jax.device_count()}
-    with open(args.result, 'w') as f:
-      json.dump(merged, f)
+  process_layout.write_result(args, {
+      'times': {key: [max(p['times'][key][i] for p in everyone) for i in (0, 1)]
+                for key in times},
+      'bandwidth': [max(p['bandwidth'][i] for p in everyone) for i in (0, 1)],
+      'devices': jax.device_count()})
 
 
 def main():

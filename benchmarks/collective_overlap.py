@@ -32,7 +32,6 @@ One JSON line per level with its provenance (benchmarks/provenance.py);
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -131,12 +130,10 @@ def worker(args) -> None:
     times.update({kind: time_s(kind, shape, repeats) for kind in KINDS[1:]})
     levels.append({**shape, 'repeats': repeats, 'times': times})
   everyone = processes.gather(levels)
-  if jax.process_index() == 0:
-    # Each time at the slowest process, as the probe records its own.
-    for i, level in enumerate(levels):
-      level['times'] = {k: max(p[i]['times'][k] for p in everyone) for k in KINDS}
-    with open(args.result, 'w') as f:
-      json.dump(levels, f)
+  # Each time at the slowest process, as the probe records its own.
+  for i, level in enumerate(levels):
+    level['times'] = {k: max(p[i]['times'][k] for p in everyone) for k in KINDS}
+  process_layout.write_result(args, levels)
 
 
 def main():

@@ -5,7 +5,8 @@ script again with `--worker`. Process 0 writes the merged result as JSON
 to a file the parent reads back.
 
 A script adds these arguments (`add_arguments`), starts its workers' JAX
-with `initialize`, and calls `run` from its parent.
+with `initialize`, hands its merged result to `write_result`, and calls
+`run` from its parent.
 """
 
 import json
@@ -37,6 +38,14 @@ def initialize(args) -> None:
   runtime.restart_with_malloc_tunables()
   runtime.initialize(num_cpu_devices=args.devices, coordinator_address=args.coordinator,
                      num_processes=args.processes, process_id=args.process_id)
+
+
+def write_result(args, result) -> None:
+  """A worker's merged `result`, written by process 0 where `run` reads it."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_index() == 0:
+    with open(args.result, 'w') as f:
+      json.dump(result, f)
 
 
 def run(script: str, layout: str, repeats: int):
