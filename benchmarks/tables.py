@@ -301,6 +301,17 @@ def collective_overlap(records) -> list[Table]:
   return [(header, rows)]
 
 
+def collective_ticks(records) -> list[Table]:
+  header = ['layout', 'devices', 'calls', 'median ms', 'p10 ms', 'p90 ms', 'kernel Hz',
+            'share on a tick', 'calls per 0.5 ms bin']
+  rows = [[r['layout'], _f(r['devices'], 'd'), _f(r['calls'], 'd'),
+           _f(1e3 * r['median_s'], '.3f'), _f(1e3 * r['p10_s'], '.3f'),
+           _f(1e3 * r['p90_s'], '.3f'), _f(r['kernel_hz'], 'd'),
+           _f(r['share_on_ticks'], '.2f'), ' '.join(str(c) for c in r['histogram'])]
+          for r in records]
+  return [(header, rows)]
+
+
 def restore_memory(records) -> list[Table]:
   header = ['case', 'model', 'mesh', 'code', 'peak RSS (GiB)', 'RSS before (GiB)',
             'restore s', 'optimiser state read']
@@ -445,4 +456,5 @@ TABLES = {f.__name__: f for f in (
     step_parts, memory_table, multiprocess, restore_memory, study,
     input_pipeline, make_imagenet_like, link_pacing, published_clusters, probe_check,
     test_suite, quickstart_run, plan_example, goodput_cost,
-    metrics_writer_import, mesh_check, array_cost, collective_overlap, large_vit_plans)}
+    metrics_writer_import, mesh_check, array_cost, collective_overlap, collective_ticks,
+    large_vit_plans)}
