@@ -243,46 +243,11 @@ def worker(argv: list[str]) -> None:
                      coordinator_address=args.coordinator_address,
                      num_processes=args.num_processes, process_id=args.process_id)
   import jax
-  import numpy as np
-  from core import timing
-  from trainer import experiment
-  from trainer import memory
-  from trainer import specs
-  from trainer import state as state_lib
-  from trainer.engines import spmd
+  from planner import mesh_timing
   with open(args.plan) as f:
     plan = json.load(f)
-  results = {}
-  for row in candidates(plan):
-    run_config = config.copy_and_resolve_references()
-    run_config.update_from_flattened_dict(
-        {k: row[k] for k in ('mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.shard_update',
-                             'model.remat', 'grad_accum_steps')})
-    exp = experiment.build_without_data(run_config, config.data.num_synthetic_classes)
-    with exp.tracing_context():
-      compiled = spmd.jit_train_step(exp).lower(
-          exp.abstract_state, specs.batch_spec(config.batch_size, config.data.image_size,
-                                               exp.batch_sharding)).compile()
-      state = state_lib.create_train_state(exp.model, exp.tx, config.data.image_size,
-                                           exp.state_shardings, config.seed)
-    host = specs.random_batch(config.batch_size, config.data.image_size,
-                              np.random.default_rng(0), config.data.num_synthetic_classes)
-    batch = {k: jax.make_array_from_callback(v.shape, exp.batch_sharding,
-                                             lambda i, v=v: v[i]) for k, v in host.items()}
-    holder = [state]
-
-    def one_step():
-      holder[0], metrics = compiled(holder[0], batch)
-      jax.block_until_ready((holder[0], metrics))
-
-    one_step()  # and timed_runs's own untimed one
-    times = timing.timed_runs(one_step, args.steps)
-    stats = jax.local_devices()[0].memory_stats()
-    results[row['name']] = {
-        'step_s': float(np.median(times)), 'steps_s': [float(t) for t in times],
-        'peak_bytes': memory.report(compiled, exp.abstract_state).peak,
-        'live_peak_bytes': stats.get('peak_bytes_in_use') if stats else None}
-    del holder, state
+  results = mesh_timing.time_configurations(config, candidates(plan), args.steps,
+                                            config.data.num_synthetic_classes)
   if jax.process_index() == 0:
     with open(args.measured, 'w') as f:
       json.dump(results, f)

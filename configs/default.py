@@ -140,6 +140,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.plan.parallelism = 'data'  # data: batch size, hosts and all-reduce or PS for data parallelism; mesh: the fastest (data, fsdp, tensor) mesh, ZeRO-1, remat and accumulation whose step fits plan.device_memory_gib, for batch_size over plan.num_workers devices compiled here (docs/mesh-planner.md)
   config.plan.mesh_derive = True  # plan.parallelism=mesh: compile a ViT at 1 and 2 blocks and extrapolate to its depth (minutes instead of an hour); False: compile each candidate whole
   config.plan.probe = ''  # a work dir holding probe.json (--mode=probe): T_C, the links' latency and bandwidth and each step's fixed cost come from it (docs/probe.md)
+  config.plan.time_steps = 0  # plan.parallelism=mesh: time this many real steps of each answered configuration (the fastest and the next two) on this job's devices and answer the fastest timed; needs plan.probe of these devices; 0: answer from the costing alone
   config.study = ml_collections.ConfigDict()
   config.study.models = 'resnet18,alexnet'  # registry names: one compute-heavy, one communication-heavy
   config.study.engines = 'ps,allreduce'  # engines each setting runs under: ps (once per N_ps), allreduce (a ring of the workers over the same links, once)

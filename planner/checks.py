@@ -43,6 +43,14 @@ def check_config(config) -> None:
     if plan.target == 'here':
       raise UsageError('plan.parallelism=mesh plans a cluster (plan.target=cluster) '
                        'named by plan.device_tflops or plan.probe')
+  at_least('plan.time_steps', plan.time_steps, 0)
+  if plan.time_steps and plan.parallelism != 'mesh':
+    raise UsageError(f'plan.time_steps={plan.time_steps} times the answers of a mesh plan; '
+                     'set plan.parallelism=mesh or leave it 0')
+  if plan.time_steps and not plan.probe:
+    raise UsageError(f'plan.time_steps={plan.time_steps} times the answered meshes on the '
+                     'devices at hand, which only a probe of them costs; set plan.probe to '
+                     'a --mode=probe work dir of these devices')
   named_by = [k for k in ('compute_s', 'device_tflops', 'probe') if plan[k]]
   if len(named_by) > 1:
     raise UsageError(f'plan.{named_by[0]} and plan.{named_by[1]} both give the '

@@ -39,9 +39,13 @@ class Candidate:
     return ', '.join([self.mesh_name()] + extra)
 
   def config_values(self) -> dict:
-    return {'mesh.data': self.data, 'mesh.fsdp': self.fsdp, 'mesh.tensor': self.tensor,
-            'mesh.shard_update': self.shard_update, 'model.remat': self.remat,
-            'grad_accum_steps': self.grad_accum}
+    return dict(zip(CONFIG_KEYS, (self.data, self.fsdp, self.tensor, self.shard_update,
+                                  self.remat, self.grad_accum)))
+
+
+# The config keys a candidate sets, as a plan row carries them.
+CONFIG_KEYS = ('mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.shard_update', 'model.remat',
+               'grad_accum_steps')
 
 
 def meshes(num_devices: int, tensor_divides: int) -> list[tuple[int, int, int]]:

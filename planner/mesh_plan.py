@@ -24,7 +24,10 @@ accumulation) whose step fits plan.device_memory_gib, found with few
 compiles and skipped for meshes that cannot be among the fastest
 (planner/mesh_search.py). Writes plan.json; prints the answers and a table.
 Every compile is kept in the work dir (mesh_compiles.jsonl): planning again
-there for other memory or links reuses it.
+there for other memory or links reuses it. With plan.time_steps (and a probe
+of this job's own devices), the fastest entry and the next two then run that
+many real steps each here (planner/mesh_timing.py), and the fastest timed is
+the plan's command: a close call is settled by measurement where it can be.
 """
 
 import hashlib
@@ -42,6 +45,7 @@ from planner import mesh_candidates as mc
 from planner import mesh_cost
 from planner import mesh_from_probe
 from planner import mesh_search
+from planner import mesh_timing
 from trainer import hlo_collectives
 from trainer import experiment
 from trainer import memory
@@ -228,7 +232,7 @@ def _command(row: dict) -> str:
   """main.py with the run's --config, its other --config.KEY overrides (not
   plan.* nor the row's own keys), and the row's mesh, remat and accumulation."""
   config_arg = next((a for a in sys.argv if a.startswith('--config=')), '--config=CONFIG')
-  keys = mc.Candidate(1, 1, 1).config_values()
+  keys = mc.CONFIG_KEYS
   owned = tuple(f'--config.{k}=' for k in keys) + ('--config.plan.',)
   kept = [a for a in sys.argv[1:] if a.startswith('--config.') and not a.startswith(owned)]
   values = ' '.join(f'--config.{k}={str(row[k]).lower() if isinstance(row[k], bool) else row[k]}'
@@ -245,6 +249,8 @@ def run_mesh_plan(config, workdir: str) -> dict:
   if plan.probe:
     probe, costing = mesh_from_probe.load(config, n)
     dtype = probe['model']['dtype']
+    if plan.time_steps:
+      mesh_from_probe.check_timeable(probe, n, jax.default_backend())
   else:
     if plan.device_tflops <= 0:
       raise UsageError('plan.parallelism=mesh needs plan.device_tflops (the cluster\'s '
@@ -321,6 +327,8 @@ def run_mesh_plan(config, workdir: str) -> dict:
                    f'{min(r["step_s"] for r in not_climbed) * 1e3:.4g} ms)')
   result['best'] = best['name']
   result['command'] = _command(best)
+  if plan.time_steps:
+    answers += _settle_by_timing(config, rows[:_ANSWERED], num_classes, result)
   result['answers'] = answers
   _write(workdir, result)
   lines = [f'{config.model.name} at {config.data.image_size} px, batch {config.batch_size} '
@@ -332,6 +340,25 @@ def run_mesh_plan(config, workdir: str) -> dict:
             f'{r["communication_s"] * 1e3:>9.4g} {r["peak"] / GIB:>9.3f}' for r in rows]
   print('\n'.join(lines), flush=True)
   return result
+
+
+def _settle_by_timing(config, answered: list[dict], num_classes: int, result: dict) -> list[str]:
+  """Times plan.time_steps real steps of each answered row on this job's
+  devices; the fastest timed becomes the plan's command (result's `timed`,
+  `timed_best`). Its answers."""
+  steps = config.plan.time_steps
+  timed = mesh_timing.time_configurations(config, answered, steps, num_classes)
+  fastest = min(answered, key=lambda r: timed[r['name']]['step_s'])
+  result['timed'] = timed
+  result['timed_best'] = fastest['name']
+  result['command'] = _command(fastest)
+  each = ', '.join(f'{r["name"]} {timed[r["name"]]["step_s"] * 1e3:.4g} ms (predicted '
+                   f'{r["step_s"] * 1e3:.4g})' for r in answered)
+  lines = [f'timed, {steps} steps each on these devices: {each}',
+           f'fastest when timed: {fastest["name"]}']
+  if fastest is not answered[0]:
+    lines.append(f'run it: {result["command"]}')
+  return lines
 
 
 def _write(workdir: str, result: dict) -> None:

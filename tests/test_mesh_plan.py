@@ -5,6 +5,7 @@ held against full compiles, and the mode as a user runs it."""
 
 import json
 import math
+import re
 
 import jax
 import numpy as np
@@ -139,11 +140,31 @@ def test_nothing_fitting_is_one_line_with_the_memory_that_would(tmp_path):
 @pytest.mark.parametrize('extra, message', [
     (['--config.plan.parallelism=zero'], 'plan.parallelism='),
     (['--config.plan.device_tflops=0', '--config.plan.compute_s=1'], 'plan.compute_s is for'),
+    (['--config.plan.time_steps=-1'], 'plan.time_steps=-1 must be >= 0'),
+    (['--config.plan.time_steps=2'], 'plan.time_steps=2 times the answered meshes on the '
+                                     'devices at hand, which only a probe'),
+    (['--config.plan.time_steps=2', '--config.plan.parallelism=data'],
+     'plan.time_steps=2 times the answers of a mesh plan'),
 ])
 def test_bad_mesh_plan_keys_are_one_line(tmp_path, extra, message):
   result = _plan(tmp_path / 'w', 2, *extra)
   assert result.returncode == 2, result.stderr[-2000:]
   assert message in result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize('provenance, seen', [
+    ({'device_count': 8, 'platform': 'cpu', 'process_count': 2}, '8 cpu device(s) in 2 process'),
+    ({'device_count': 8, 'platform': 'gpu', 'process_count': 1}, '8 gpu device(s) in 1 process'),
+    ({'device_count': 4, 'platform': 'cpu', 'process_count': 1}, '4 cpu device(s) in 1 process'),
+])
+def test_timing_steps_where_the_probe_did_not_run_is_one_line(provenance, seen):
+  probe = {'provenance': provenance}
+  mesh_from_probe.check_timeable({'provenance': {'device_count': 8, 'platform': 'cpu',
+                                                 'process_count': 1}}, 8, 'cpu')
+  with pytest.raises(UsageError, match=re.escape(f'the probe measured {seen}')) as error:
+    mesh_from_probe.check_timeable(probe, 8, 'cpu')
+  assert "on this process's 8 cpu device(s)" in str(error.value)
+  assert '\n' not in str(error.value)
 
 
 def test_a_device_count_other_than_the_clusters_is_one_line(tmp_path):
@@ -187,7 +208,7 @@ def _probe(devices=4, per_host=2, flops=True):
     points[0]['flops'], points[1]['flops'] = 1e9, 2e9
   return {
       'schema_version': 2,
-      'provenance': {'device_count': devices},
+      'provenance': {'device_count': devices, 'platform': 'cpu', 'process_count': 1},
       'model': {'name': 'vit_ti16', 'width': 128, 'depth': 2, 'image_size': 32,
                 'dtype': 'float32', 'parameter_bytes': 1e6},
       'hosts': {'devices_per_host': [per_host] * (devices // per_host)},
@@ -305,9 +326,13 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
     assert row['compute_s'] == pytest.approx(want), row['name']
     collectives = sum(c['seconds'] for c in row['collectives'].values())
     assert row['communication_s'] == pytest.approx(collectives + 5e-4), row['name']
-  # Planning again in the same work dir, for other memory, compiles nothing.
+  assert 'timed' not in plan and 'timed, ' not in result.stdout
+  # Planning again in the same work dir, for other memory, compiles nothing
+  # for the plan; with plan.time_steps it then runs 2 real steps of each
+  # answered mesh on these devices, the probed ones.
   again = run_main(f'--workdir={tmp_path / "plan"}', *flags, '--config.plan.device_memory_gib=2',
-                   f'--config.plan.probe={tmp_path / "probe"}', env={'XLA_FLAGS': xla_flags(2)})
+                   f'--config.plan.probe={tmp_path / "probe"}', '--config.plan.time_steps=2',
+                   env={'XLA_FLAGS': xla_flags(2)})
   assert again.returncode == 0, again.stderr[-3000:]
   with open(tmp_path / 'plan' / 'plan.json') as f:
     replan = json.load(f)
@@ -315,6 +340,21 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
   assert plan['compiles']['compiled'] > 0
   assert [(r['name'], r['step_s'], r['peak']) for r in replan['fitting']] == [
       (r['name'], r['step_s'], r['peak']) for r in rows]
+  timed = replan['timed']
+  assert list(timed) == [r['name'] for r in rows]
+  for row in rows:
+    figures = timed[row['name']]
+    assert len(figures['steps_s']) == 2 and figures['step_s'] == np.median(figures['steps_s'])
+    # The trainer's compile of the configuration: the peak the plan read.
+    assert figures['peak_bytes'] == row['peak'], row['name']
+  fastest = min(timed, key=lambda name: timed[name]['step_s'])
+  assert replan['timed_best'] == fastest and replan['best'] == rows[0]['name']
+  winner = next(r for r in rows if r['name'] == fastest)
+  assert f'--config.mesh.fsdp={winner["mesh.fsdp"]} --config.mesh.tensor={winner["mesh.tensor"]}' \
+      in replan['command']
+  assert f'fastest when timed: {fastest}' in again.stdout
+  assert f'{rows[1]["name"]} {timed[rows[1]["name"]]["step_s"] * 1e3:.4g} ms (predicted' \
+      in again.stdout
   # The same probe of one host of 2, for two such hosts: the NIC from plan.*.
   two_hosts = run_main(f'--workdir={tmp_path / "plan4"}', *flags,
                        f'--config.plan.probe={tmp_path / "probe"}',
