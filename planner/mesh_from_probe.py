@@ -182,4 +182,3 @@ def check_timeable(probe: dict, num_devices: int, platform: str) -> None:
     raise UsageError(f'plan.time_steps: the probe measured {where}, and the steps would run '
                      f'on this process\'s {num_devices} {platform} device(s); time them where '
                      'the probe ran, or leave plan.time_steps 0')
-

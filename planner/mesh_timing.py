@@ -20,6 +20,7 @@ from trainer import specs
 from trainer import state as state_lib
 from trainer.engines import spmd
 
+
 def time_configuration(config, row: dict, steps: int, num_classes: int) -> dict:
   """{'step_s' (the median), 'steps_s', 'peak_bytes' (XLA's analysis, as the
   trainer reports it), 'live_peak_bytes' (the runtime's, None where it keeps
