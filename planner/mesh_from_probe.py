@@ -170,15 +170,17 @@ def load(config, num_devices: int) -> tuple[dict, Costing]:
   return probe, across_hosts(costing, config.plan)
 
 
-def check_timeable(probe: dict, num_devices: int, platform: str) -> None:
-  """plan.time_steps times steps on this process's `num_devices` devices of
-  `platform`: UsageError (one line) unless the probe measured those same
-  devices, so that what is timed is the cluster the plan costed."""
+def check_timeable(probe: dict, num_devices: int, platform: str, process_count: int) -> None:
+  """plan.time_steps times steps on this job's `num_devices` devices of
+  `platform` in `process_count` processes: UsageError (one line) unless the
+  probe measured those same devices, so that what is timed is the cluster
+  the plan costed."""
   seen = probe['provenance']
   where = (f"{seen.get('device_count')} {seen.get('platform', '?')} device(s) in "
            f"{seen.get('process_count', 1)} process(es)")
-  if (seen.get('process_count', 1) != 1 or seen.get('device_count') != num_devices
+  if (seen.get('process_count', 1) != process_count or seen.get('device_count') != num_devices
       or seen.get('platform') != platform):
-    raise UsageError(f'plan.time_steps: the probe measured {where}, and the steps would run '
-                     f'on this process\'s {num_devices} {platform} device(s); time them where '
-                     'the probe ran, or leave plan.time_steps 0')
+    raise UsageError(f'plan.time_steps: the probe measured {where}, and this job has '
+                     f'{num_devices} {platform} device(s) in {process_count} process(es); '
+                     'time the steps on the devices the probe ran on, or leave '
+                     'plan.time_steps 0')

@@ -28,6 +28,9 @@ there for other memory or links reuses it. With plan.time_steps (and a probe
 of this job's own devices), the fastest entry and the next two then run that
 many real steps each here (planner/mesh_timing.py), and the fastest timed is
 the plan's command: a close call is settled by measurement where it can be.
+A plan from a probe may run as every process of a job (launch.py, a
+scheduler): each compiles and costs the same, and process 0 writes and
+prints.
 """
 
 import hashlib
@@ -169,9 +172,10 @@ class CompileCache:
     terms = compile_candidate(config, candidate, num_classes, depth=depth, dtype=dtype)
     self.compiled += 1
     self.entries[key] = terms
-    os.makedirs(os.path.dirname(self.path), exist_ok=True)
-    with open(self.path, 'a') as f:
-      f.write(json.dumps({'key': key, 'terms': terms}) + '\n')
+    if jax.process_index() == 0:  # every process compiles the same; one writes
+      os.makedirs(os.path.dirname(self.path), exist_ok=True)
+      with open(self.path, 'a') as f:
+        f.write(json.dumps({'key': key, 'terms': terms}) + '\n')
     return terms
 
 
@@ -250,7 +254,7 @@ def run_mesh_plan(config, workdir: str) -> dict:
     probe, costing = mesh_from_probe.load(config, n)
     dtype = probe['model']['dtype']
     if plan.time_steps:
-      mesh_from_probe.check_timeable(probe, n, jax.default_backend())
+      mesh_from_probe.check_timeable(probe, n, jax.default_backend(), jax.process_count())
   else:
     if plan.device_tflops <= 0:
       raise UsageError('plan.parallelism=mesh needs plan.device_tflops (the cluster\'s '
@@ -338,7 +342,8 @@ def run_mesh_plan(config, workdir: str) -> dict:
            f'{"configuration":<44} {"step ms":>9} {"compute":>9} {"comm.":>9} {"peak GiB":>9}']
   lines += [f'{r["name"]:<44} {r["step_s"] * 1e3:>9.4g} {r["compute_s"] * 1e3:>9.4g} '
             f'{r["communication_s"] * 1e3:>9.4g} {r["peak"] / GIB:>9.3f}' for r in rows]
-  print('\n'.join(lines), flush=True)
+  if jax.process_index() == 0:
+    print('\n'.join(lines), flush=True)
   return result
 
 
@@ -347,6 +352,8 @@ def _settle_by_timing(config, answered: list[dict], num_classes: int, result: di
   devices; the fastest timed becomes the plan's command (result's `timed`,
   `timed_best`). Its answers."""
   steps = config.plan.time_steps
+  # Every process of the job runs the steps together; process 0's timings,
+  # which wait for the others' at each step's collectives, are the answer's.
   timed = mesh_timing.time_configurations(config, answered, steps, num_classes)
   fastest = min(answered, key=lambda r: timed[r['name']]['step_s'])
   result['timed'] = timed
@@ -362,6 +369,8 @@ def _settle_by_timing(config, answered: list[dict], num_classes: int, result: di
 
 
 def _write(workdir: str, result: dict) -> None:
+  if jax.process_index() != 0:  # the same plan on every process: one writes it
+    return
   path = os.path.join(workdir, PLAN_FILE)
   with open(path + '.tmp', 'w') as f:
     json.dump(result, f, indent=1)
