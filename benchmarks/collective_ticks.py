@@ -6,8 +6,8 @@ The mesh planner costs each collective at what the probe timed for it
 an all-reduce of 1 KiB a device over every device of --layout (each call's
 input the last call's output, so none overlaps the next) and reports their
 spread: median, 10th and 90th percentiles, a histogram in 0.5 ms bins, and
-the share of calls within 0.5 ms of a whole number of the kernel's scheduler
-ticks (1/CONFIG_HZ, read from the running kernel's config where it is
+the share of calls within 0.5 ms of a whole, non-zero number of the kernel's
+scheduler ticks (1/CONFIG_HZ, read from the running kernel's config where it is
 readable). Processes of a layout are pinned a core each, as
 benchmarks/mesh_check.py lays them out; a call's time is the slowest
 process's.

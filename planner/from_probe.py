@@ -156,3 +156,11 @@ def sources(probe: dict) -> dict:
       'more_devices': 'extrapolated: a ring over n devices (per-array cost x (n-1)/(p-1), '
                       'bytes x 2(n-1)/n at the bus bandwidth)',
   }
+
+
+def devices_to_emulate(provenance: dict, multi_process_job: bool) -> int:
+  """The CPU devices each process of a mesh plan from this probe emulates:
+  the probed cluster's, or in a job of several processes (as the probe ran)
+  one process's share of them (pure)."""
+  devices = provenance['device_count']
+  return devices // provenance.get('process_count', 1) if multi_process_job else devices

@@ -2,7 +2,7 @@
 mesh, ZeRO-1, remat and accumulation that fits the cluster's devices.
 
 For every candidate of planner/mesh_candidates.py the configured train step
-is compiled (never run) on this process's devices, one per device of the
+is compiled (never run) on this job's devices, one per device of the
 cluster, in the cluster's dtype (bfloat16 under model.dtype=auto), and read:
 
 - memory per device: XLA's memory analysis of the compiled step, as the
@@ -41,6 +41,7 @@ import sys
 from absl import logging
 import jax
 
+from coordination import agreement
 from core.errors import UsageError
 from models import registry
 from models import vit
@@ -265,7 +266,7 @@ def run_mesh_plan(config, workdir: str) -> dict:
     dtype = 'bfloat16' if config.model.dtype == 'auto' else config.model.dtype
   if plan.num_workers and plan.num_workers != n:
     raise UsageError(f'plan.num_workers={plan.num_workers}: the mesh plan compiles for '
-                     f'every device of the cluster, and this process has {n}; unset '
+                     f'every device of the cluster, and this job has {n}; unset '
                      'XLA_FLAGS\' device count or set it to plan.num_workers')
   plan_links = costing.links
   capacity = plan.device_memory_gib * GIB if plan.device_memory_gib else float('inf')
@@ -352,8 +353,16 @@ def _settle_by_timing(config, answered: list[dict], num_classes: int, result: di
   devices; the fastest timed becomes the plan's command (result's `timed`,
   `timed_best`). Its answers."""
   steps = config.plan.time_steps
-  # Every process of the job runs the steps together; process 0's timings,
-  # which wait for the others' at each step's collectives, are the answer's.
+  # Every process of the job runs the same steps together: process 0's
+  # answers, which every process costed alike (a process that did not
+  # stops here rather than run other programs than the rest).
+  mine = [r['name'] for r in answered]
+  names = agreement.gather_json(mine) if jax.process_count() > 1 else [mine]
+  if any(other != names[0] for other in names):
+    raise UsageError(f'plan.time_steps: the processes answered {names}, not the same three '
+                     'configurations; plan from one work dir and probe on every process')
+  # Process 0's timings, which wait for the others' at each step's
+  # collectives, are the answer's.
   timed = mesh_timing.time_configurations(config, answered, steps, num_classes)
   fastest = min(answered, key=lambda r: timed[r['name']]['step_s'])
   result['timed'] = timed

@@ -5,7 +5,7 @@ benchmarks/mesh_check.py holds every prediction against.
 Each configuration (a plan row's mesh, ZeRO-1, remat and accumulation) is
 compiled as the trainer compiles it (at XLA's usual optimisation, not the
 plan's level 0), its state initialised on the devices, and `steps` steps
-timed on one random batch after an untimed one; the state is freed before
+timed on one random batch after two untimed ones; the state is freed before
 the next configuration, so one device holds one configuration at a time.
 """
 

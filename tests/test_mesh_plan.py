@@ -19,7 +19,6 @@ from planner import mesh_from_probe
 from planner import mesh_plan
 from trainer import hlo_collectives
 from tests.helpers import run_main
-from tests.test_launcher import launch
 from tests.helpers import xla_flags
 
 
@@ -151,39 +150,6 @@ def test_bad_mesh_plan_keys_are_one_line(tmp_path, extra, message):
   result = _plan(tmp_path / 'w', 2, *extra)
   assert result.returncode == 2, result.stderr[-2000:]
   assert message in result.stderr.strip().splitlines()[-1]
-
-
-def test_a_plan_from_a_probe_of_two_processes_runs_as_both_and_times_there(tmp_path):
-  """The same plan in one process of 4 emulated devices and as the probe's
-  two processes of 2 (launch.py), which also time the answered meshes
-  there; process 0 alone writes and speaks."""
-  probe = _probe(devices=4, per_host=2)
-  probe['provenance']['process_count'] = 2
-  (tmp_path / 'probe').mkdir()
-  (tmp_path / 'probe' / 'probe.json').write_text(json.dumps(probe))
-  flags = [a for a in _PLAN if not a.startswith(('--config.plan.device_tflops',
-                                                 '--config.plan.devices_per_host'))]
-  flags.append(f'--config.plan.probe={tmp_path / "probe"}')
-  one = run_main(f'--workdir={tmp_path / "one"}', *flags, env={'XLA_FLAGS': xla_flags(4)})
-  assert one.returncode == 0, one.stderr[-3000:]
-  both = launch(f'--workdir={tmp_path / "both"}', *flags, '--config.plan.time_steps=2',
-                devices=2)
-  assert both.returncode == 0, both.stderr[-3000:]
-  plans = {}
-  for name in ('one', 'both'):
-    with open(tmp_path / name / 'plan.json') as f:
-      plans[name] = json.load(f)
-  costed = lambda plan: [(r['name'], r['peak']) for r in plan['fitting']]
-  assert costed(plans['both']) == costed(plans['one'])
-  assert [r['step_s'] for r in plans['both']['fitting']] == pytest.approx(
-      [r['step_s'] for r in plans['one']['fitting']], rel=1e-9)
-  timed = plans['both']['timed']
-  assert list(timed) == [r['name'] for r in plans['both']['fitting'][:3]]
-  assert plans['both']['timed_best'] == min(timed, key=lambda n: timed[n]['step_s'])
-  assert both.stdout.count('fastest when timed: ') == 1
-  assert '[p0] fastest when timed: ' in both.stdout
-  with open(tmp_path / 'both' / mesh_plan.COMPILES_FILE) as f:
-    assert len(f.readlines()) == plans['both']['compiles']['compiled']  # one writer
 
 
 @pytest.mark.parametrize('provenance, seen', [
