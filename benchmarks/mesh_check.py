@@ -2,7 +2,9 @@
 
 For each layout of 8 CPU devices (one process of 8; two processes of 4,
 joined over gloo on 127.0.0.1, each pinned to its own core as a host of its
-own would be) and each model: `--mode=probe` on that layout; then, for each
+own would be), or with --layouts=1x2,2x1 of 2 devices that each own one of
+the machine's 2 cores (one process of 2; two processes of 1), and each
+model: `--mode=probe` on that layout; then, for each
 global batch, `--mode=plan --config.plan.parallelism=mesh
 --config.plan.probe=...`, which predicts every candidate's step from
 probe.json alone (planner/mesh_plan.py); then the same processes take real
@@ -26,6 +28,7 @@ any: each run probes, plans and measures afresh); per (layout, model) the
 floor of the costing's form (form_floor); a Markdown table on standard error.
 
   .venv/bin/python benchmarks/mesh_check.py --out=results/plan/mesh_check.jsonl
+  .venv/bin/python benchmarks/mesh_check.py --layouts=1x2,2x1 --out=results/plan/mesh_check.jsonl
 """
 
 import argparse
@@ -52,7 +55,9 @@ MODELS = {  # name -> flags of the model: widths for 2 cores, 32 px synthetic da
 }
 COMMON = ['--config=configs/quickstart.py', '--config.data.source=synthetic',
           '--config.data.image_size=32']
-LAYOUTS = {'1x8': (1, 8), '2x4': (2, 4)}  # processes x devices per process
+# processes x devices per process: the check's 8 devices (the default), and
+# 2 devices that own a core each (one process of 2; two processes of 1).
+LAYOUTS = {'1x8': (1, 8), '2x4': (2, 4), '1x2': (1, 2), '2x1': (2, 1)}
 
 
 def _env():
@@ -175,14 +180,18 @@ def _cell(row: dict) -> tuple:
   return row['layout'], row['model'], row['global_batch'], row['configuration']
 
 
-def earlier_run(path: str) -> list[dict]:
-  """The candidates of the latest run already in `path` (none: [])."""
+def earlier_cells(path: str) -> list[dict]:
+  """Each cell's latest record already in `path`, whichever run it was in
+  (a run of other layouts or models in between leaves it be); none: []."""
   if not path or not os.path.exists(path):
     return []
   with open(path) as f:
     cells = [r for r in map(json.loads, filter(str.strip, f)) if r['kind'] == 'candidate']
-  latest = max((r['date'] for r in cells), default=None)
-  return [r for r in cells if r['date'] == latest]
+  latest = {}
+  for r in cells:
+    if _cell(r) not in latest or r['date'] >= latest[_cell(r)]['date']:
+      latest[_cell(r)] = r
+  return list(latest.values())
 
 
 def against_earlier(rows: list[dict], earlier: list[dict]) -> dict:
@@ -258,13 +267,13 @@ def main():
     worker(sys.argv[1:])
     return
   parser = argparse.ArgumentParser()
-  parser.add_argument('--layouts', default=','.join(LAYOUTS))
+  parser.add_argument('--layouts', default='1x8,2x4')
   parser.add_argument('--models', default=','.join(MODELS))
   parser.add_argument('--batches', default='32,128', help='global batches')
   parser.add_argument('--steps', type=int, default=10)
   provenance.add_out_argument(parser)
   args = parser.parse_args()
-  earlier = earlier_run(args.out)  # read before this run appends to it
+  earlier = earlier_cells(args.out)  # read before this run appends to it
   results = provenance.Results(args.out)
   batches = [int(b) for b in args.batches.split(',')]
   root = tempfile.mkdtemp(prefix='mesh_check_')

@@ -59,16 +59,19 @@ def test_a_groups_step_spread_is_the_median_cells_relative_deviation():
   assert summary['chosen'] == 'c' and summary['measured_fastest'] == 'c'
 
 
-def test_a_repeat_is_compared_cell_by_cell_with_the_latest_earlier_run(tmp_path):
+def test_a_repeat_is_compared_cell_by_cell_with_its_latest_earlier_measurement(tmp_path):
   path = tmp_path / 'check.jsonl'
   first = [{**_cell(1, 1, 0, 2.0, name=n), 'kind': 'candidate', 'date': 'd1', 'commit': 'a'}
            for n in ('c', 'd')]
   second = [{**r, 'date': 'd2', 'commit': 'b', 'measured_step_s': 4.0,
              'predicted_step_s': 3.0} for r in first]
-  path.write_text(''.join(json.dumps(r) + '\n' for r in first + second
-                          + [{'kind': 'group', 'date': 'd2'}]))
-  earlier = mesh_check.earlier_run(str(path))
-  assert [r['date'] for r in earlier] == ['d2', 'd2']  # the latest run's only
+  # A later run of another layout does not hide the cells' own latest run.
+  other = [{**first[0], 'layout': '1x2', 'date': 'd3', 'commit': 'c'}]
+  path.write_text(''.join(json.dumps(r) + '\n' for r in first + second + other
+                          + [{'kind': 'group', 'date': 'd3'}]))
+  earlier = mesh_check.earlier_cells(str(path))
+  assert sorted((r['layout'], r['configuration'], r['date']) for r in earlier) == [
+      ('1x2', 'c', 'd3'), ('1x8', 'c', 'd2'), ('1x8', 'd', 'd2')]
   now = [_cell(1, 1, 0, 5.0, name='c'), _cell(1, 1, 0, 1.0, name='new')]
   moved = mesh_check.against_earlier(now, earlier)
   # Only 'c' was run before: measured 4 -> 5 s, predicted 3 -> 5 s.
@@ -76,5 +79,5 @@ def test_a_repeat_is_compared_cell_by_cell_with_the_latest_earlier_run(tmp_path)
   assert moved['repeat_measured_difference'] == pytest.approx(0.25)
   assert moved['repeat_predicted_difference'] == pytest.approx(2 / 3)
   assert moved['earlier_run'] == {'date': 'd2', 'commit': 'b'}
-  assert mesh_check.earlier_run(str(tmp_path / 'none.jsonl')) == []
+  assert mesh_check.earlier_cells(str(tmp_path / 'none.jsonl')) == []
   assert mesh_check.against_earlier(now, [])['repeat_measured_difference'] is None
