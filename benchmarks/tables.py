@@ -261,9 +261,12 @@ def mesh_check(records) -> list[Table]:
     picks = {'chosen': next(r for r in members if r['chosen']),
              'measured fastest': min(members, key=lambda r: r['measured_step_s']),
              'worst predicted': max(members, key=lambda r: abs(r['error']))}
+    roles = {}  # one row a configuration, with every role it has
     for which, r in picks.items():
+      roles.setdefault(r['configuration'], (r, []))[1].append(which)
+    for r, which in roles.values():
       cells.append([r['layout'], r['model'], _f(r['global_batch'], 'd'), r['configuration'],
-                    which, _f(1e3 * r['predicted_step_s'], '.1f'),
+                    ', '.join(which), _f(1e3 * r['predicted_step_s'], '.1f'),
                     _f(1e3 * r['measured_step_s'], '.1f'), f"{100 * r['error']:+.1f}%",
                     _f(r['planned_peak_bytes'] / 2**20, '.2f'),
                     _f(r['trainer_peak_bytes'] / 2**20, '.2f')])
