@@ -9,7 +9,8 @@ From a probe of the cluster:
   one point: through the origin), so that a candidate's program of other
   FLOPs (sharded, rematerialised) is timed at the rate these devices reach;
   plus the optimiser's update (update.update_s, the whole model's on every
-  device at once) times the share of the parameters a device holds;
+  device at once) times the share of the update a device computes: the
+  share of the optimiser's state it holds, which FSDP and ZeRO-1 shard;
 - links: inside a host, the intra_host all-reduce's fit (bus bandwidth,
   and its latency spread over the ring's 2(p-1) steps); across hosts, the
   inter_host one's (one device a host), else all_devices';
@@ -50,10 +51,19 @@ class Costing:
   fixed_s: float = 0.0  # once per step that communicates
   source: str = 'plan.*'
 
-  def compute_s(self, flops: float, params_bytes_per_device: float) -> float:
-    """A device's program of `flops`, and its share of the update."""
-    share = params_bytes_per_device / self.parameter_bytes if self.parameter_bytes else 0.0
-    return self.compute_offset_s + flops * self.seconds_per_flop + self.update_s * share
+  def update_share(self, params_bytes: float, opt_state_bytes: float,
+                   opt_state_full: float) -> float:
+    """The share of the model's update one device computes: of the
+    optimiser's state, the share it holds (FSDP and ZeRO-1 shard the update
+    with the state); for an optimiser without state, its share of the
+    parameters."""
+    if opt_state_full:
+      return opt_state_bytes / opt_state_full
+    return params_bytes / self.parameter_bytes if self.parameter_bytes else 0.0
+
+  def compute_s(self, flops: float, update_share: float) -> float:
+    """A device's program of `flops`, and `update_share` of the update."""
+    return self.compute_offset_s + flops * self.seconds_per_flop + self.update_s * update_share
 
 
 def configured(plan) -> Costing:

@@ -67,8 +67,11 @@ GIB = 2**30
 # The plan answers the fastest entry and the next two, exactly (mesh_search).
 _ANSWERED = 3
 # What a compile's terms hold; a cached compile of other terms is made again.
-_TERMS_VERSION = 2
-_SUMMED = ('peak', 'params', 'opt_state', 'temporaries', 'flops', 'bytes_accessed')
+_TERMS_VERSION = 3
+# opt_state: one device's share of the optimiser's state; opt_state_full:
+# the whole model's, whose ratio is the share of the update a device computes.
+_SUMMED = ('peak', 'params', 'opt_state', 'opt_state_full', 'temporaries', 'flops',
+           'bytes_accessed')
 
 
 def tensor_split_sizes(config) -> list[int]:
@@ -116,6 +119,7 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
       collectives.append({'op': op['op'], 'bytes': op['bytes'], 'operands': op['operands'],
                           'group': groups[0], 'runs': op['runs']})
   return {'peak': report.peak, 'params': report.params, 'opt_state': report.opt_state,
+          'opt_state_full': memory.global_bytes(exp.abstract_state.opt_state),
           'temporaries': report.temporaries,
           'flops': mfu.xla_flops(compiled, candidate.grad_accum),
           'bytes_accessed': mfu.xla_bytes_accessed(compiled, candidate.grad_accum),
@@ -209,7 +213,8 @@ def timed(terms: dict, costing: mesh_from_probe.Costing, plan) -> dict:
   """The step's seconds from the terms: compute at the devices' rate, the
   collectives as costed and the step's fixed cost when it communicates,
   summed (or overlapped: plan.overlap)."""
-  compute_s = costing.compute_s(terms['flops'], terms['params'])
+  share = costing.update_share(terms['params'], terms['opt_state'], terms['opt_state_full'])
+  compute_s = costing.compute_s(terms['flops'], share)
   comm_s = sum(c['seconds'] for c in terms['collectives'].values())
   if terms['collectives']:
     comm_s += costing.fixed_s

@@ -232,8 +232,12 @@ def test_a_probes_links_are_its_rings_bandwidth_and_latency_per_step():
   # of 4 devices is paid across hosts only.
   assert (links.intra_array_s, links.nic_array_s) == (0.0, pytest.approx(1e-4))
   assert costing.fixed_s == 5e-4
-  # Compute: 1 ms + 1e-11 s a FLOP, and half the update for half the parameters.
-  assert costing.compute_s(3e9, 5e5) == pytest.approx(0.001 + 0.03 + 0.002)
+  # Compute: 1 ms + 1e-11 s a FLOP, and half the update for half of it.
+  assert costing.compute_s(3e9, 0.5) == pytest.approx(0.001 + 0.03 + 0.002)
+  # The update's share: the optimiser state's a device holds (ZeRO-1 shards
+  # it over replicated parameters); without state, the parameters'.
+  assert costing.update_share(1e6, 2.5e5, 1e6) == 0.25
+  assert costing.update_share(5e5, 0, 0) == 0.5
   # An all-gather of 2 arrays over 4 devices on 2 hosts: 3 steps, each its
   # latency and 2 arrays; 2 rings a host share the NIC, 3/4 of 1 MB each.
   got = mesh_cost.collective_s('all-gather', 1e6, [[0, 1, 2, 3]], links, operands=2)
@@ -322,10 +326,21 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
   assert plan['costed_from'] == 'probe' and plan['dtype'] == 'float32'
   for row in rows:
     assert row['step_s'] == pytest.approx(row['compute_s'] + row['communication_s'])
-    want = 0.001 + row['flops'] * 1e-11 + 0.004 * row['params'] / 1e6
+    want = 0.001 + row['flops'] * 1e-11 + 0.004 * row['opt_state'] / row['opt_state_full']
     assert row['compute_s'] == pytest.approx(want), row['name']
     collectives = sum(c['seconds'] for c in row['collectives'].values())
     assert row['communication_s'] == pytest.approx(collectives + 5e-4), row['name']
+  # The whole model's optimiser state; ZeRO-1 and FSDP hold half of it on
+  # each of the 2 devices, and compute half the update; the tensor axis
+  # splits the matrices but not the norms and biases.
+  full = {r['opt_state_full'] for r in rows + plan['not_climbed']}
+  assert len(full) == 1
+  share = {r['name']: r['opt_state'] / r['opt_state_full'] for r in rows + plan['not_climbed']}
+  assert share['data=2'] == 1.0
+  # (Arrays too small to split, kept whole, add a fraction of a percent.)
+  assert share['data=2 + ZeRO-1'] == pytest.approx(0.5, abs=0.01)
+  assert share['fsdp=2'] == pytest.approx(0.5, abs=0.01)
+  assert 0.5 < share['tensor=2'] < 1.0
   assert 'timed' not in plan and 'timed, ' not in result.stdout
   # Planning again in the same work dir, for other memory, compiles nothing
   # for the plan; with plan.time_steps it then runs 2 real steps of each

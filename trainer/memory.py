@@ -43,6 +43,12 @@ def _bytes_per_device(tree) -> int:
   return max(per_device.values(), default=0)
 
 
+def global_bytes(tree) -> int:
+  """The bytes of `tree`'s arrays whole, on no device in particular."""
+  return sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+             for leaf in jax.tree.leaves(tree))
+
+
 def report(compiled, abstract_state) -> MemoryReport:
   """A compiled step's memory, with the state's bytes from its shardings."""
   return program_report(
