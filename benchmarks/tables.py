@@ -221,9 +221,9 @@ def probe_check(records) -> list[Table]:
 
 def mesh_check(records) -> list[Table]:
   """Per (layout, model, batch): the summary; per (layout, model) the
-  floor of the costing's form, where the run has it; the plan's choice, the
-  measured fastest and the worst predicted of each group; and the fastest
-  of the three configurations the plan answers."""
+  floor of the costing's form, where the run has it; and the fastest of
+  the three configurations the plan answers (every cell's figures are in
+  the data)."""
   header = ['layout', 'model', 'batch', 'candidates', 'MAPE', 'worst', 'chosen',
             'measured fastest', 'chosen over fastest', 'Spearman', 'memory equal',
             'step spread', 'measured moved', 'predicted moved']
@@ -238,11 +238,6 @@ def mesh_check(records) -> list[Table]:
   # Always at the same place: the tables of a file's runs merge by position,
   # and a run without floors (one before the script wrote them) has none.
   floor_table = (['layout', 'model', 'cells', 'floor MAPE', 'floor worst'], floors)
-  # Of each group's candidates (all of them are in the data): the plan's
-  # choice, the measured fastest and the worst predicted.
-  cells_header = ['layout', 'model', 'batch', 'configuration', 'which', 'predicted ms',
-                  'measured ms', 'error', 'planned peak (MiB)', 'trainer peak (MiB)']
-  cells = []
   # What plan.time_steps would answer: the measured fastest of the three
   # the plan answers (the three predicted fastest).
   answered_header = ['layout', 'model', 'batch', 'measured fastest, predicted rank',
@@ -258,19 +253,7 @@ def mesh_check(records) -> list[Table]:
     answered.append([group['layout'], group['model'], _f(group['global_batch'], 'd'),
                      _f(by_prediction.index(fastest) + 1, 'd'), timed['configuration'],
                      _percent(timed['measured_step_s'] / fastest['measured_step_s'] - 1)])
-    picks = {'chosen': next(r for r in members if r['chosen']),
-             'measured fastest': min(members, key=lambda r: r['measured_step_s']),
-             'worst predicted': max(members, key=lambda r: abs(r['error']))}
-    roles = {}  # one row a configuration, with every role it has
-    for which, r in picks.items():
-      roles.setdefault(r['configuration'], (r, []))[1].append(which)
-    for r, which in roles.values():
-      cells.append([r['layout'], r['model'], _f(r['global_batch'], 'd'), r['configuration'],
-                    ', '.join(which), _f(1e3 * r['predicted_step_s'], '.1f'),
-                    _f(1e3 * r['measured_step_s'], '.1f'), f"{100 * r['error']:+.1f}%",
-                    _f(r['planned_peak_bytes'] / 2**20, '.2f'),
-                    _f(r['trainer_peak_bytes'] / 2**20, '.2f')])
-  return [(header, rows), floor_table, (cells_header, cells), (answered_header, answered)]
+  return [(header, rows), floor_table, (answered_header, answered)]
 
 
 def large_vit_plans(records) -> list[Table]:
