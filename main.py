@@ -89,7 +89,7 @@ def run(argv) -> int:
   # A mesh plan compiles for every device of the cluster: on a CPU, emulate them.
   mesh_plan = FLAGS.mode == 'plan' and config.plan.parallelism == 'mesh'
   view = runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices or (
-                                _mesh_plan_devices(config, context.multi_process_job)
+                                _mesh_plan_devices(config)
                                 if mesh_plan else 0),
                      coordinator_address=FLAGS.coordinator_address,
                      num_processes=FLAGS.num_processes,
@@ -112,16 +112,17 @@ def run(argv) -> int:
   return mode.run(config, FLAGS.workdir, context)
 
 
-def _mesh_plan_devices(config, multi_process_job: bool) -> int:
+def _mesh_plan_devices(config) -> int:
   """The devices a mesh plan compiles for, on this process: plan.num_workers,
-  else the probed cluster's (plan.probe; one process's share of them in a
-  job of several), else every device at hand (0)."""
-  if config.plan.num_workers or not config.plan.probe:
-    return config.plan.num_workers
+  else the probed cluster's (plan.probe), else every device at hand (0);
+  one process's share of them in a job of several."""
   # pylint: disable-next=g-import-not-at-top
   from planner import from_probe  # reads JSON only: no backend starts
-  return from_probe.devices_to_emulate(from_probe.load(config.plan.probe)['provenance'],
-                                       multi_process_job)
+  provenance = (from_probe.load(config.plan.probe)['provenance']
+                if config.plan.probe and not config.plan.num_workers else None)
+  return from_probe.devices_to_emulate(
+      provenance, config.plan.num_workers,
+      runtime.job_processes(FLAGS.num_processes, config.runtime.cluster))
 
 
 def _check_before_start(mode: modes.Mode, config) -> None:

@@ -107,6 +107,16 @@ def loopback_bind_address(coordinator_address: str | None) -> str | None:
     return None  # a host name
 
 
+def job_processes(num_processes: int, cluster: str = 'auto', environ=os.environ) -> int:
+  """The job's processes on all hosts, known before JAX starts:
+  --num_processes, else the scheduler's count (1 outside a job of several)."""
+  if num_processes > 1:
+    return num_processes
+  detected = detect_cluster(cluster, environ)
+  return device_visibility.job_shape(environ, cluster=detected, num_processes=1, process_id=0,
+                                     coordinator_loopback=False).processes
+
+
 def initialize(*, num_cpu_devices: int, coordinator_address: str | None,
                num_processes: int, process_id: int, cluster: str = 'auto',
                init_timeout_s: int = 300, heartbeat_timeout_s: int = 30,

@@ -158,9 +158,17 @@ def sources(probe: dict) -> dict:
   }
 
 
-def devices_to_emulate(provenance: dict, multi_process_job: bool) -> int:
-  """The CPU devices each process of a mesh plan from this probe emulates:
-  the probed cluster's, or in a job of several processes (as the probe ran)
-  one process's share of them (pure)."""
-  devices = provenance['device_count']
-  return devices // provenance.get('process_count', 1) if multi_process_job else devices
+def devices_to_emulate(provenance: dict | None, num_workers: int, job_processes: int) -> int:
+  """The CPU devices each process of a mesh plan emulates (pure): the plan's
+  cluster (plan.num_workers, else the probed one's devices, else 0: the
+  devices at hand), in a job of several processes each one's share of it.
+  UsageError (one line) when the share is not whole."""
+  devices = num_workers or (provenance['device_count'] if provenance else 0)
+  if job_processes <= 1 or not devices:
+    return devices
+  if devices % job_processes:
+    named = (f'plan.num_workers={num_workers}' if num_workers
+             else f'the probe\'s {devices} devices')
+    raise UsageError(f'{named} do not split over this job\'s {job_processes} processes; '
+                     'plan with a device count they divide, or in one process')
+  return devices // job_processes

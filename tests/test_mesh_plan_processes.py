@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from cli import runtime
+from core.errors import UsageError
 from planner import from_probe
 from planner import mesh_plan
 from tests.helpers import run_main
@@ -15,12 +17,52 @@ from tests.test_mesh_plan import _PLAN
 from tests.test_mesh_plan import _probe
 
 
-def test_each_process_of_a_job_emulates_its_share_of_the_probed_devices():
+def test_each_process_of_a_job_emulates_its_share_of_the_planned_devices():
   provenance = {'device_count': 8, 'process_count': 2}
-  assert from_probe.devices_to_emulate(provenance, multi_process_job=True) == 4
+  assert from_probe.devices_to_emulate(provenance, 0, job_processes=2) == 4
   # One process plans the whole probed cluster, emulating all of it.
-  assert from_probe.devices_to_emulate(provenance, multi_process_job=False) == 8
-  assert from_probe.devices_to_emulate({'device_count': 8}, multi_process_job=False) == 8
+  assert from_probe.devices_to_emulate(provenance, 0, job_processes=1) == 8
+  assert from_probe.devices_to_emulate({'device_count': 8}, 0, job_processes=1) == 8
+  # plan.num_workers names the cluster, with or without a probe.
+  assert from_probe.devices_to_emulate(None, 16, job_processes=4) == 4
+  assert from_probe.devices_to_emulate(provenance, 16, job_processes=2) == 8
+  assert from_probe.devices_to_emulate(None, 16, job_processes=1) == 16
+  # Neither: every device at hand.
+  assert from_probe.devices_to_emulate(None, 0, job_processes=3) == 0
+
+
+@pytest.mark.parametrize('provenance,workers,message', [
+    (None, 6, 'plan.num_workers=6 do not split over this job\'s 4 processes'),
+    ({'device_count': 6}, 0, "the probe's 6 devices do not split over this job's 4 processes"),
+])
+def test_a_plan_whose_devices_do_not_split_over_the_processes_is_refused(
+    provenance, workers, message):
+  with pytest.raises(UsageError, match=message):
+    from_probe.devices_to_emulate(provenance, workers, job_processes=4)
+
+
+def test_the_job_s_processes_are_known_before_jax_starts():
+  assert runtime.job_processes(3, environ={}) == 3
+  assert runtime.job_processes(1, environ={}) == 1
+  slurm = {'SLURM_JOB_ID': '7', 'SLURM_STEP_NODELIST': 'n[0-1]', 'SLURM_PROCID': '1',
+           'SLURM_LOCALID': '1', 'SLURM_NTASKS': '4'}
+  assert runtime.job_processes(1, environ=slurm) == 4
+  assert runtime.job_processes(1, cluster='none', environ=slurm) == 1
+  ompi = {'OMPI_MCA_orte_hnp_uri': 'x', 'OMPI_COMM_WORLD_RANK': '0', 'OMPI_COMM_WORLD_SIZE': '2'}
+  assert runtime.job_processes(1, environ=ompi) == 2
+
+
+def test_a_mesh_plan_for_more_workers_in_a_job_of_processes_that_do_not_divide_exits_2(
+    tmp_path):
+  """Checked before JAX starts: each process would emulate a share."""
+  env = {'SLURM_JOB_ID': '7', 'SLURM_STEP_NODELIST': 'n0', 'SLURM_PROCID': '0',
+         'SLURM_LOCALID': '0', 'SLURM_NTASKS': '3'}
+  result = run_main('--config=configs/quickstart.py', f'--workdir={tmp_path / "w"}',
+                    '--mode=plan', '--config.plan.parallelism=mesh',
+                    '--config.plan.num_workers=8', '--config.plan.device_tflops=100',
+                    env=env, timeout=120)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert "plan.num_workers=8 do not split over this job's 3 processes" in result.stderr
 
 
 def test_a_plan_from_a_probe_of_two_processes_runs_as_both_and_times_there(tmp_path):
