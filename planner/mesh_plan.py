@@ -353,6 +353,14 @@ def run_mesh_plan(config, workdir: str) -> dict:
   return result
 
 
+def check_same_answers(names: list[list[str]]) -> None:
+  """UsageError (one line) unless every process (`names`: each one's
+  answered configurations, in process order) answered the same."""
+  if any(other != names[0] for other in names):
+    raise UsageError(f'plan.time_steps: the processes answered {names}, not the same three '
+                     'configurations; plan from one work dir and probe on every process')
+
+
 def _settle_by_timing(config, answered: list[dict], num_classes: int, result: dict) -> list[str]:
   """Times plan.time_steps real steps of each answered row on this job's
   devices; the fastest timed becomes the plan's command (result's `timed`,
@@ -362,10 +370,7 @@ def _settle_by_timing(config, answered: list[dict], num_classes: int, result: di
   # answers, which every process costed alike (a process that did not
   # stops here rather than run other programs than the rest).
   mine = [r['name'] for r in answered]
-  names = agreement.gather_json(mine) if jax.process_count() > 1 else [mine]
-  if any(other != names[0] for other in names):
-    raise UsageError(f'plan.time_steps: the processes answered {names}, not the same three '
-                     'configurations; plan from one work dir and probe on every process')
+  check_same_answers(agreement.gather_json(mine) if jax.process_count() > 1 else [mine])
   # Process 0's timings, which wait for the others' at each step's
   # collectives, are the answer's.
   timed = mesh_timing.time_configurations(config, answered, steps, num_classes)

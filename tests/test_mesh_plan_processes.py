@@ -96,3 +96,12 @@ def test_a_plan_from_a_probe_of_two_processes_runs_as_both_and_times_there(tmp_p
   assert '[p0] fastest when timed: ' in both.stdout
   with open(tmp_path / 'both' / mesh_plan.COMPILES_FILE) as f:
     assert len(f.readlines()) == plans['both']['compiles']['compiled']  # one writer
+
+
+def test_processes_that_answered_differently_are_refused_before_timing():
+  same = ['data=4', 'fsdp=4', 'data=2 x tensor=2']
+  mesh_plan.check_same_answers([same, list(same)])
+  mesh_plan.check_same_answers([same])
+  with pytest.raises(UsageError, match=r"plan.time_steps: the processes answered .*'fsdp=4'.*"
+                                       r"'tensor=4'.*, not the same three"):
+    mesh_plan.check_same_answers([same, ['data=4', 'tensor=4', 'data=2 x tensor=2']])
