@@ -112,7 +112,8 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
            'mesh_collectives': (probe['mesh_collectives'] or {}).get('fits'),
            'step_fixed_cost': {k: probe['step_fixed_cost'][k]
                                for k in ('fixed_cost_s', 'per_operand_s')},
-           'compute_points': [{k: q[k] for k in ('per_device_batch', 'compute_s', 'flops')}
+           'compute_points': [{k: q[k] for k in ('per_device_batch', 'compute_s',
+                                                 'tree_compute_s', 'flops')}
                               for q in probe['compute']['points']],
            'update_s': probe['update']['update_s'], 'probe_elapsed_s': probe['elapsed_s']}]
   for batch in batches:

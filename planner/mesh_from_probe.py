@@ -4,10 +4,13 @@ probe/run.py's docstring) and the config.
 
 From a probe of the cluster:
 
-- compute: its timed points of the model's gradient program, each with its
-  FLOPs, fitted as t = offset + flops x seconds_per_flop (least squares;
-  one point: through the origin), so that a candidate's program of other
-  FLOPs (sharded, rematerialised) is timed at the rate these devices reach;
+- compute: its timed points of the model's gradient program with the
+  parameters as their tree (tree_compute_s; a probe without it: the wire
+  program's compute_s, which adds the copies of packing them in one
+  vector), each with its FLOPs, fitted as t = offset + flops x
+  seconds_per_flop (least squares; one point: through the origin), so that
+  a candidate's program of other FLOPs (sharded, rematerialised) is timed
+  at the rate these devices reach;
   plus the optimiser's update (update.update_s, the whole model's on every
   device at once) times the share of the update a device computes: the
   share of the optimiser's state it holds, which FSDP and ZeRO-1 shard;
@@ -91,9 +94,10 @@ def cluster_devices(probe: dict) -> tuple[int, int]:
 
 def compute_fit(points: list[dict]) -> tuple[float, float]:
   """(offset_s, seconds_per_flop) of t = offset + flops x rate over the
-  probe's compute points (least squares; one point or a negative offset:
-  through the origin)."""
-  xs, ys = [q['flops'] for q in points], [q['compute_s'] for q in points]
+  probe's compute points, timed as a tree where the probe did (least
+  squares; one point or a negative offset: through the origin)."""
+  xs = [q['flops'] for q in points]
+  ys = [q.get('tree_compute_s', q['compute_s']) for q in points]
   through_origin = (0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs))
   if len(set(xs)) < 2:
     return through_origin

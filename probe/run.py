@@ -66,7 +66,11 @@ A figure that cannot be had is null, never absent.
 - compute: what (one sentence), devices_per_process, capacity_bytes (per
   device; null: not known, every batch tried), points [{per_device_batch,
   compute_s (slowest process's median), compute_s_by_process,
-  images_per_sec_per_device, peak_bytes}], largest_fitting_batch,
+  tree_compute_s (the same gradients with the parameters as their tree,
+  as an SPMD step holds them, not packed on the wire: what a mesh plan
+  costs compute from), tree_compute_s_by_process,
+  images_per_sec_per_device, peak_bytes, flops (XLA's count of the
+  program)}], largest_fitting_batch,
   stopped_by_memory (probe/compute.py).
 - update: what, update_s (the optimiser's update of the model's parameters,
   every device at once; slowest process's median), update_s_by_process.
@@ -352,8 +356,10 @@ def _compute_record(by_process, config, capacity) -> dict:
   for i, point in enumerate(by_process[0]['compute']):
     times = [p['compute'][i]['compute_s'] for p in by_process]
     b = point['per_device_batch']
+    trees = [p['compute'][i]['tree_compute_s'] for p in by_process]
     points.append({'per_device_batch': b, 'compute_s': max(times),
-                   'compute_s_by_process': times,
+                   'compute_s_by_process': times, 'tree_compute_s': max(trees),
+                   'tree_compute_s_by_process': trees,
                    'images_per_sec_per_device': b / max(times),
                    'peak_bytes': max(p['compute'][i]['peak_bytes'] for p in by_process),
                    'flops': point['flops']})

@@ -195,6 +195,11 @@ def test_a_probes_compute_fit_is_numpys_least_squares_line():
   assert mesh_from_probe.compute_fit(points) == pytest.approx((offset, slope))
   # One point: through the origin.
   assert mesh_from_probe.compute_fit(points[:1]) == pytest.approx((0.0, 0.012 / 1e9))
+  # Where the probe also timed the gradients as a tree (an SPMD step's
+  # form), the line goes through those times, not the wire program's.
+  trees = [dict(q, tree_compute_s=t) for q, t in zip(points, (0.010, 0.019, 0.038))]
+  slope, offset = np.polyfit([1e9, 2e9, 4e9], [0.010, 0.019, 0.038], 1)
+  assert mesh_from_probe.compute_fit(trees) == pytest.approx((offset, slope))
 
 
 def _probe(devices=4, per_host=2, flops=True):

@@ -250,6 +250,8 @@ def test_one_process_probe_writes_every_field(one_process_probe):
   assert compute['devices_per_process'] == 4 and compute['capacity_bytes'] is None
   for q in compute['points']:
     assert q['compute_s'] > 0 and q['peak_bytes'] > 0
+    assert q['tree_compute_s'] > 0
+    assert q['tree_compute_s'] == max(q['tree_compute_s_by_process'])
     assert q['images_per_sec_per_device'] == pytest.approx(q['per_device_batch'] / q['compute_s'])
   # Twice the batch, about twice the forward and backward FLOPs.
   flops = [q['flops'] for q in compute['points']]
@@ -318,6 +320,7 @@ def test_two_processes_through_launch_py_time_the_collectives_between_them(tmp_p
   assert step['participants'] == 4
   assert all(len(q['all_devices_step_s_by_process']) == 2 for q in step['points'])
   assert len(record['compute']['points'][0]['compute_s_by_process']) == 2
+  assert len(record['compute']['points'][0]['tree_compute_s_by_process']) == 2
   # Each collective on a mesh's groups: pairs inside a process and across
   # the two, all four across; both processes timed every point.
   timed = record['mesh_collectives']

@@ -16,8 +16,10 @@ from models import registry
 from trainer import checkpointing
 from trainer import device_input
 from trainer import engines
+from trainer import specs
 from trainer import experiment
 from trainer import state as state_lib
+from trainer.engines import emulation
 from trainer.engines.emulation import link
 from trainer.engines.ps import partition
 from trainer.engines.ps import state_split
@@ -357,3 +359,32 @@ def test_a_push_takes_its_bytes_over_the_bandwidth_plus_latency():
   quarter = [(w, s) for w in range(4) for s in range(4)]
   assert _timed_pushes(quarter, nbytes // 4, gbps) == pytest.approx(
       expected, rel=0.15)
+
+
+def test_the_tree_program_computes_the_sync_programs_gradients_without_the_wire():
+  """What the probe times as an SPMD step holds its parameters
+  (tree_compute_s) is the workers' gradient work itself: the same
+  gradients and statistics, as trees."""
+  config = _config('ps', 'resnet18')
+  exp = experiment.build_without_data(config, NUM_CLASSES)
+  devices = jax.devices()[:2]
+  mesh = workers.worker_mesh(devices)
+  state = jax.device_get(state_lib.create_train_state(
+      exp.model, exp.tx, IMAGE_SIZE, jax.sharding.SingleDeviceSharding(devices[0]), 0))
+  layout = emulation.layout(exp)
+  replicated = jax.sharding.NamedSharding(mesh, jax.P())
+  split = jax.sharding.NamedSharding(mesh, jax.P(workers.AXIS))
+  batch = jax.device_put(
+      specs.random_batch(4, IMAGE_SIZE, np.random.default_rng(0), NUM_CLASSES), split)
+  step = jax.device_put(np.int32(0), replicated)
+  vectors, _ = workers.compile_sync_program(exp, mesh, layout, batch_size=4)(
+      jax.device_put(layout.pack_host(state.params, state.batch_stats), replicated),
+      batch, step)
+  grads, stats, _ = workers.compile_tree_program(exp, mesh, 4)(
+      *jax.device_put((state.params, state.batch_stats), replicated), batch, step)
+  for worker, vector in enumerate(np.asarray(vectors)):
+    want = layout.views(vector)
+    got = [np.asarray(x)[worker] for x in jax.tree.leaves((grads, stats))]
+    assert len(got) == len(want)
+    for path, value in zip(want, got):
+      np.testing.assert_allclose(value, want[path], rtol=1e-5, atol=1e-6, err_msg=path)

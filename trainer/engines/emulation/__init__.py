@@ -51,6 +51,13 @@ def worker_axis() -> str:
   return workers.AXIS
 
 
+def compile_tree_program(exp, mesh, batch_size: int):
+  """The workers' gradients over `mesh` with the parameters as their tree
+  (workers.py)."""
+  from trainer.engines.emulation import workers  # pylint: disable=g-import-not-at-top
+  return workers.compile_tree_program(exp, mesh, batch_size)
+
+
 def compile_sync_program(exp, mesh, layout_, batch_size: int):
   """The workers' gradient program over `mesh` at a global batch (workers.py)."""
   from trainer.engines.emulation import workers  # pylint: disable=g-import-not-at-top

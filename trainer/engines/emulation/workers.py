@@ -145,6 +145,33 @@ def compile_sync_program(exp, mesh, layout, on_gradient=None, batch_size: int = 
       jax.ShapeDtypeStruct((), np.int32, sharding=replicated)).compile()
 
 
+def compile_tree_program(exp, mesh, batch_size: int):
+  """The sync program's gradients with the parameters as their tree, not
+  packed on the wire: (params, batch_stats replicated, batch, step) ->
+  (gradients, statistics and metrics stacked [N_w, ...]). What an SPMD
+  step computes on each device's share of a data-parallel batch, without
+  its collectives and update: the compute a mesh plan costs
+  (probe/compute.py)."""
+  fn = local_gradients(exp)
+  P = jax.sharding.PartitionSpec
+
+  def per_worker(params, batch_stats, batch, step):
+    return jax.tree.map(lambda x: x[None], fn(params, batch_stats, batch, step))
+
+  program = jax.jit(jax.shard_map(
+      per_worker, mesh=mesh, in_specs=(P(), P(), P(AXIS), P()), out_specs=P(AXIS),
+      check_vma=False))  # as the sync program: no all-reduce of the gradients
+  replicated = jax.sharding.NamedSharding(mesh, P())
+  abstract = exp.abstract_state
+  on_mesh = lambda tree: jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), tree)
+  return program.lower(
+      on_mesh(abstract.params), on_mesh(abstract.batch_stats),
+      specs.batch_spec(batch_size, exp.config.data.image_size,
+                       jax.sharding.NamedSharding(mesh, P(AXIS))),
+      jax.ShapeDtypeStruct((), np.int32, sharding=replicated)).compile()
+
+
 def compile_async_programs(exp, devices, layout, per_worker_batch: int):
   """One single-device executable per worker device (compiled in turn)."""
   fn = jax.jit(wire_program(exp, layout))
