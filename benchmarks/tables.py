@@ -220,40 +220,39 @@ def probe_check(records) -> list[Table]:
 
 
 def mesh_check(records) -> list[Table]:
-  """Per (layout, model, batch): the summary; per (layout, model) the
-  floor of the costing's form, where the run has it; and the fastest of
-  the three configurations the plan answers (every cell's figures are in
-  the data)."""
+  """Per (layout, model, batch): the summary, with the fastest of the three
+  configurations the plan answers (what plan.time_steps would settle on);
+  per (layout, model) the floor of the costing's form, where the run has
+  it (every cell's figures are in the data)."""
   header = ['layout', 'model', 'batch', 'candidates', 'MAPE', 'worst', 'chosen',
             'measured fastest', 'chosen over fastest', 'Spearman', 'memory equal',
-            'step spread', 'measured moved', 'predicted moved']
-  rows = [[r['layout'], r['model'], _f(r['global_batch'], 'd'), _f(r['candidates'], 'd'),
-           _percent(r['mape']), _percent(r['worst_error']), r['chosen'], r['measured_fastest'],
-           _percent(r['chosen_over_fastest']), _f(r['spearman'], '.2f'), _f(r['memory_equal']),
-           _percent(r.get('step_spread')), _percent(r.get('repeat_measured_difference')),
-           _percent(r.get('repeat_predicted_difference'))]
-          for r in records if r['kind'] == 'group']
+            'step spread', 'measured moved', 'predicted moved',
+            'measured fastest, predicted rank', 'fastest of the three answered, over it']
+  rows = []
+  for r in (r for r in records if r['kind'] == 'group'):
+    members = [c for c in records if c['kind'] == 'candidate' and
+               (c['layout'], c['model'], c['global_batch']) ==
+               (r['layout'], r['model'], r['global_batch'])]
+    # What plan.time_steps would answer: the measured fastest of the three
+    # the plan answers (the three predicted fastest).
+    by_prediction = sorted(members, key=lambda c: c['predicted_step_s'])
+    fastest = min(members, key=lambda c: c['measured_step_s'])
+    timed = min(by_prediction[:3], key=lambda c: c['measured_step_s'])
+    rows.append([r['layout'], r['model'], _f(r['global_batch'], 'd'), _f(r['candidates'], 'd'),
+                 _percent(r['mape']), _percent(r['worst_error']), r['chosen'],
+                 r['measured_fastest'], _percent(r['chosen_over_fastest']),
+                 _f(r['spearman'], '.2f'), _f(r['memory_equal']),
+                 _percent(r.get('step_spread')), _percent(r.get('repeat_measured_difference')),
+                 _percent(r.get('repeat_predicted_difference')),
+                 _f(by_prediction.index(fastest) + 1, 'd'),
+                 f"{timed['configuration']}, "
+                 f"{_percent(timed['measured_step_s'] / fastest['measured_step_s'] - 1)}"])
   floors = [[r['layout'], r['model'], _f(r['cells'], 'd'), _percent(r['mape']),
              _percent(r['worst_error'])] for r in records if r['kind'] == 'floor']
   # Always at the same place: the tables of a file's runs merge by position,
   # and a run without floors (one before the script wrote them) has none.
   floor_table = (['layout', 'model', 'cells', 'floor MAPE', 'floor worst'], floors)
-  # What plan.time_steps would answer: the measured fastest of the three
-  # the plan answers (the three predicted fastest).
-  answered_header = ['layout', 'model', 'batch', 'measured fastest, predicted rank',
-                     'fastest of the three answered', 'its step over the measured fastest']
-  answered = []
-  for group in (r for r in records if r['kind'] == 'group'):
-    members = [r for r in records if r['kind'] == 'candidate' and
-               (r['layout'], r['model'], r['global_batch']) ==
-               (group['layout'], group['model'], group['global_batch'])]
-    by_prediction = sorted(members, key=lambda r: r['predicted_step_s'])
-    fastest = min(members, key=lambda r: r['measured_step_s'])
-    timed = min(by_prediction[:3], key=lambda r: r['measured_step_s'])
-    answered.append([group['layout'], group['model'], _f(group['global_batch'], 'd'),
-                     _f(by_prediction.index(fastest) + 1, 'd'), timed['configuration'],
-                     _percent(timed['measured_step_s'] / fastest['measured_step_s'] - 1)])
-  return [(header, rows), floor_table, (answered_header, answered)]
+  return [(header, rows), floor_table]
 
 
 def large_vit_plans(records) -> list[Table]:
