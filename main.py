@@ -89,8 +89,7 @@ def run(argv) -> int:
   # A mesh plan compiles for every device of the cluster: on a CPU, emulate them.
   mesh_plan = FLAGS.mode == 'plan' and config.plan.parallelism == 'mesh'
   view = runtime.initialize(num_cpu_devices=config.runtime.num_cpu_devices or (
-                                _mesh_plan_devices(config)
-                                if mesh_plan else 0),
+                                _mesh_plan_devices(config) if mesh_plan else 0),
                      coordinator_address=FLAGS.coordinator_address,
                      num_processes=FLAGS.num_processes,
                      process_id=FLAGS.process_id,

@@ -68,8 +68,7 @@ def reuse_compilations(directory: str) -> None:
 def model_bytes(exp) -> int:
   """S: the bytes a worker pushes and pulls per step (parameters' gradients
   and batch statistics)."""
-  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(
-      (exp.abstract_state.params, exp.abstract_state.batch_stats)))
+  return memory.global_bytes((exp.abstract_state.params, exp.abstract_state.batch_stats))
 
 
 def compute_sweep(exp, num_workers: int, per_worker_batches, repeats: int,

@@ -172,8 +172,7 @@ def _measure(config) -> dict:
   devices = jax.devices()
   data = input_rate.dataset(config)
   exp, num_classes = _model_experiment(config, data)
-  parameter_bytes = sum(x.size * x.dtype.itemsize
-                        for x in jax.tree.leaves(exp.abstract_state.params))
+  parameter_bytes = memory.global_bytes(exp.abstract_state.params)
 
   host_facts = processes.gather(provenance.this_host())
   grouping = hosts_lib.resolve_grouping(config.probe.host_grouping, devices[0].platform)

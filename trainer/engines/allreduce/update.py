@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from trainer import memory
 from trainer import step_functions
 from trainer.engines.emulation import wire
 from trainer.engines.emulation import workers
@@ -76,16 +77,11 @@ def compile_update_program(exp, mesh, layout):
       jax.ShapeDtypeStruct((), np.float32, sharding=replicated)).compile()
 
 
-def opt_state_bytes(abstract_state) -> int:
-  return sum(x.size * np.dtype(x.dtype).itemsize
-             for x in jax.tree.leaves(abstract_state.opt_state))
-
-
 def check_memory(exp, gradient_program, update_program, layout) -> None:
   """UsageError when a worker's device cannot hold what it keeps: its
   variables and optimiser state, resident through both programs, plus
   either program's own arguments and temporaries."""
-  opt_state = opt_state_bytes(exp.abstract_state)
+  opt_state = memory.global_bytes(exp.abstract_state.opt_state)
   for name, program, resident in (('gradient', gradient_program, opt_state),
                                   ('update', update_program, 0)):
     # The gradient program does not take the optimiser state, but the

@@ -118,31 +118,39 @@ def _vector(layout, sharding):
   return jax.ShapeDtypeStruct((layout.size,), wire.DTYPE, sharding=sharding)
 
 
+def _compile_per_worker(fn, exp, mesh, variables, batch_size: int):
+  """fn(*variables, batch, step) on each worker's slice of the global
+  `batch_size`, in one program over `mesh`, its outputs stacked [N_w, ...];
+  `variables`: abstract and replicated."""
+  P = jax.sharding.PartitionSpec
+
+  def per_worker(*args):
+    return jax.tree.map(lambda x: x[None], fn(*args))
+
+  # check_vma=False: with it, JAX would mark the replicated parameters as
+  # varying inside and transpose that into an all-reduce of the gradients,
+  # which is exactly the collective a parameter server replaces.
+  program = jax.jit(jax.shard_map(
+      per_worker, mesh=mesh, in_specs=(P(),) * len(variables) + (P(AXIS), P()),
+      out_specs=P(AXIS), check_vma=False))
+  return program.lower(
+      *variables,
+      specs.batch_spec(batch_size, exp.config.data.image_size,
+                       jax.sharding.NamedSharding(mesh, P(AXIS))),
+      jax.ShapeDtypeStruct((), np.int32, sharding=jax.sharding.NamedSharding(mesh, P()))
+  ).compile()
+
+
 def compile_sync_program(exp, mesh, layout, on_gradient=None, batch_size: int = 0):
   """All workers' gradients in one program: (state vector replicated, batch,
   step) -> (vectors stacked [N_w, size], metrics stacked [N_w]).
 
   batch_size: the global batch it is compiled for (0: the config's).
   """
-  fn = wire_program(exp, layout, on_gradient)
-  P = jax.sharding.PartitionSpec
-
-  def per_worker(vector, batch, step):
-    out = fn(vector, batch, step)
-    return jax.tree.map(lambda x: x[None], out)
-
-  # check_vma=False: with it, JAX would mark the replicated parameters as
-  # varying inside and transpose that into an all-reduce of the gradients,
-  # which is exactly the collective a parameter server replaces.
-  program = jax.jit(jax.shard_map(
-      per_worker, mesh=mesh, in_specs=(P(), P(AXIS), P()),
-      out_specs=P(AXIS), check_vma=False))
-  replicated = jax.sharding.NamedSharding(mesh, P())
-  return program.lower(
-      _vector(layout, replicated),
-      specs.batch_spec(batch_size or exp.config.batch_size, exp.config.data.image_size,
-                       jax.sharding.NamedSharding(mesh, P(AXIS))),
-      jax.ShapeDtypeStruct((), np.int32, sharding=replicated)).compile()
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return _compile_per_worker(wire_program(exp, layout, on_gradient), exp, mesh,
+                             (_vector(layout, replicated),),
+                             batch_size or exp.config.batch_size)
 
 
 def compile_tree_program(exp, mesh, batch_size: int):
@@ -152,24 +160,13 @@ def compile_tree_program(exp, mesh, batch_size: int):
   step computes on each device's share of a data-parallel batch, without
   its collectives and update: the compute a mesh plan costs
   (probe/compute.py)."""
-  fn = local_gradients(exp)
-  P = jax.sharding.PartitionSpec
-
-  def per_worker(params, batch_stats, batch, step):
-    return jax.tree.map(lambda x: x[None], fn(params, batch_stats, batch, step))
-
-  program = jax.jit(jax.shard_map(
-      per_worker, mesh=mesh, in_specs=(P(), P(), P(AXIS), P()), out_specs=P(AXIS),
-      check_vma=False))  # as the sync program: no all-reduce of the gradients
-  replicated = jax.sharding.NamedSharding(mesh, P())
-  abstract = exp.abstract_state
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   on_mesh = lambda tree: jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), tree)
-  return program.lower(
-      on_mesh(abstract.params), on_mesh(abstract.batch_stats),
-      specs.batch_spec(batch_size, exp.config.data.image_size,
-                       jax.sharding.NamedSharding(mesh, P(AXIS))),
-      jax.ShapeDtypeStruct((), np.int32, sharding=replicated)).compile()
+  abstract = exp.abstract_state
+  return _compile_per_worker(local_gradients(exp), exp, mesh,
+                             (on_mesh(abstract.params), on_mesh(abstract.batch_stats)),
+                             batch_size)
 
 
 def compile_async_programs(exp, devices, layout, per_worker_batch: int):
