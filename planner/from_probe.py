@@ -7,8 +7,10 @@ A step over n devices at per-device batch b takes
 
   T(b, n) = T_C(b) + T_update + T_fixed + k * c(n) + bytes * (2(n-1)/n) / busbw
 
-- T_C(b): the model's gradient program at b, every device at once
-  (compute.points);
+- T_C(b): the model's gradients at b, every device at once, with the
+  parameters as their tree, as the SPMD step holds them
+  (compute.points' tree_compute_s; a probe without it: compute_s, the
+  parameter-server workers' program, which also packs them in one vector);
 - T_update: the optimiser's update (update.update_s);
 - T_fixed and c(p): what a step pays whatever it moves, and per array of
   its all-reduce (step_fixed_cost: fixed_cost_s and per_operand_s, fitted
@@ -110,7 +112,8 @@ def network(probe: dict) -> Network:
 def step_parts(probe: dict, per_device_batch: int, num_devices: int | None = None) -> dict:
   """{part: seconds} of a step at `per_device_batch` over `num_devices`
   (default: the probe's own), and their sum, 'step_s'."""
-  points = {q['per_device_batch']: q['compute_s'] for q in probe['compute']['points']}
+  points = {q['per_device_batch']: q.get('tree_compute_s', q['compute_s'])
+            for q in probe['compute']['points']}
   if per_device_batch not in points:
     raise UsageError(f'plan.probe: the probe timed per-device batches {sorted(points)}, '
                      f'not {per_device_batch}')
@@ -147,7 +150,7 @@ def sources(probe: dict) -> dict:
   """Which input came from where, for the plan's record and its words."""
   net = network(probe)
   return {
-      'compute_s': 'probe (compute.points)',
+      'compute_s': 'probe (compute.points: tree_compute_s where timed, else compute_s)',
       'update_s': 'probe (update.update_s)',
       'fixed_s': 'probe (step_fixed_cost.fixed_cost_s)',
       'collectives': 'probe (step_program: the arrays of the compiled step\'s collectives, read, not run)',

@@ -57,6 +57,20 @@ def test_the_step_adds_compute_update_fixed_cost_arrays_and_bytes():
   assert from_probe.step_parts(_probe(), 16, num_devices=1)['step_s'] == pytest.approx(0.205)
 
 
+def test_the_step_computes_its_gradients_as_a_tree_where_the_probe_timed_that():
+  """An SPMD step holds the parameters as their tree: the probe's timing of
+  that program is its T_C; the parameter-server workers' program, which
+  also packs them in one vector, only stands in for an older probe."""
+  probe = _probe()
+  for q, tree_s in zip(probe['compute']['points'], (0.080, 0.150)):
+    q['tree_compute_s'] = tree_s
+  wire = from_probe.step_parts(_probe(), 16)
+  tree = from_probe.step_parts(probe, 16)
+  assert tree['compute_s'] == 0.150 and wire['compute_s'] == 0.200
+  assert wire['step_s'] - tree['step_s'] == pytest.approx(0.050)
+  assert 'tree_compute_s' in from_probe.sources(probe)['compute_s']
+
+
 @pytest.mark.parametrize('wrong,part', [
     (dict(compute_s=0.200), 'compute_s'), (dict(busbw_gbps=GBPS / 2), 'bandwidth_s'),
     (dict(per_operand_s=0.004), 'arrays_s'), (dict(fixed_s=0.020), 'fixed_s')])
