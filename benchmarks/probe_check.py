@@ -127,6 +127,9 @@ def measure(processes: int, model: str, batches: list[int], steps: int, root: st
         'probe_arrays': probe['step_program']['operands'],
         'probe_fixed_cost_s': probe['step_fixed_cost']['fixed_cost_s'],
         'probe_per_operand_s': probe['step_fixed_cost']['per_operand_s'],
+        'probe_per_operand_s_by_array_bytes': {
+            str(e['array_bytes']): e['per_operand_s']
+            for e in probe['step_fixed_cost'].get('by_array_bytes', [])},
         'probe_elapsed_s': probe['elapsed_s']})
   return rows
 

@@ -15,11 +15,15 @@ A step over n devices at per-device batch b takes
 - T_fixed and c(p): what a step pays whatever it moves, and per array of
   its all-reduce (step_fixed_cost: fixed_cost_s and per_operand_s, fitted
   to a tiny model's data-parallel steps of several array counts, each less
-  its step on one device: probe/step_cost.py);
+  its step on one device: probe/step_cost.py); where the probe also timed
+  steps of equal arrays of larger sizes (by_array_bytes), each array costs
+  c at its size, interpolated in log size, less its bytes at busbw, and
+  k * c(n) is the sum over the step's arrays (array_cost_points);
 - k, bytes: the arrays the model's compiled SPMD step moves in its
-  collectives, and their bytes (step_program: operands, bytes): the
-  gradients (XLA combines them into few collectives, whose arrays a library
-  such as gloo still moves one by one) and batch norm's statistics;
+  collectives, and their bytes (step_program: operands, bytes,
+  arrays_by_bytes): the gradients (XLA combines them into few collectives,
+  whose arrays a library such as gloo still moves one by one) and batch
+  norm's statistics;
 - busbw: the bus bandwidth of the all-reduce fit over all the probe's p
   devices (collectives.all_devices, or inter_host with one device a host;
   with one host, intra_host), which a ring's 2(n-1)/n share of the bytes
@@ -31,6 +35,7 @@ Nothing here reads a training run's times.
 
 import dataclasses
 import json
+import math
 import os
 
 from core import units
@@ -95,6 +100,47 @@ def per_operand_s(probe: dict, n: int) -> float:
   return step['per_operand_s'] * (n - 1) / max(step['participants'] - 1, 1)
 
 
+def array_cost_points(probe: dict) -> list[tuple[float, float]]:
+  """[(array bytes, seconds)] an array of that size adds to a step over
+  the probe's p devices beyond its bytes at the bus bandwidth: the tiny
+  model's fit at its arrays' mean size, then each equal-array step's
+  (step_fixed_cost.by_array_bytes), each less its own array's bytes at the
+  bandwidth (which step_parts adds for all the bytes), never below 0."""
+  step = probe['step_fixed_cost']
+  p = step['participants']
+  net = network(probe)
+  fits = [(step['mean_array_bytes'], step['per_operand_s'])]
+  fits += [(e['array_bytes'], e['per_operand_s']) for e in step['by_array_bytes']]
+  return sorted((size, max(cost - net.bandwidth_s(size, p), 0.0)) for size, cost in fits)
+
+
+def array_cost_s(points: list[tuple[float, float]], nbytes: float) -> float:
+  """The cost of one array of `nbytes` (pure): `points` interpolated
+  linearly in the logarithm of the size, the nearest point's outside them."""
+  if nbytes <= points[0][0]:
+    return points[0][1]
+  for (s0, c0), (s1, c1) in zip(points, points[1:]):
+    if nbytes <= s1:
+      share = math.log(nbytes / s0) / math.log(s1 / s0)
+      return c0 + share * (c1 - c0)
+  return points[-1][1]
+
+
+def arrays_s(probe: dict, n: int) -> float:
+  """What the arrays of the model's step (step_program) add over n devices:
+  each at the probe's cost for an array of its size where the probe timed
+  arrays of several sizes (else every array at per_operand_s), scaled by a
+  ring's steps, (n-1)/(p-1)."""
+  program, step = probe['step_program'], probe['step_fixed_cost']
+  if 'by_array_bytes' not in step or 'arrays_by_bytes' not in program:
+    return program['operands'] * per_operand_s(probe, n)
+  if n <= 1:
+    return 0.0
+  points = array_cost_points(probe)
+  at_p = sum(count * array_cost_s(points, size) for size, count in program['arrays_by_bytes'])
+  return at_p * (n - 1) / max(step['participants'] - 1, 1)
+
+
 def network(probe: dict) -> Network:
   """The all-reduce fit over the most devices the probe measured: all of
   them (all_devices; with one device a host, inter_host is that same set),
@@ -124,7 +170,7 @@ def step_parts(probe: dict, per_device_batch: int, num_devices: int | None = Non
       'compute_s': points[per_device_batch],
       'update_s': probe['update']['update_s'],
       'fixed_s': probe['step_fixed_cost']['fixed_cost_s'] if n > 1 else 0.0,
-      'arrays_s': program['operands'] * per_operand_s(probe, n),
+      'arrays_s': arrays_s(probe, n),
       'bandwidth_s': net.bandwidth_s(program['bytes'], n),
   }
   parts['step_s'] = sum(parts.values())
@@ -154,7 +200,8 @@ def sources(probe: dict) -> dict:
       'update_s': 'probe (update.update_s)',
       'fixed_s': 'probe (step_fixed_cost.fixed_cost_s)',
       'collectives': 'probe (step_program: the arrays of the compiled step\'s collectives, read, not run)',
-      'per_array': 'probe (step_fixed_cost.per_operand_s: a tiny model\'s steps)',
+      'per_array': 'probe (step_fixed_cost: steps of a tiny model and of equal arrays of '
+                   'several sizes, each array of the step at the cost of its size)',
       'bandwidth': f'probe (collectives.{net.level}.all_reduce fit)',
       'more_devices': 'extrapolated: a ring over n devices (per-array cost x (n-1)/(p-1), '
                       'bytes x 2(n-1)/n at the bus bandwidth)',

@@ -59,6 +59,10 @@ def summary(record: dict, path: str) -> str:
   lines.append(f'a data-parallel step beyond its compute: fixed {seconds(s["fixed_cost_s"])} '
                f'+ {seconds(s["per_operand_s"])} per array of its all-reduce (a tiny '
                f'model\'s step on all {s["participants"]} devices less on one: {extras})')
+  if s.get('by_array_bytes'):
+    sized = ', '.join(f'{e["array_bytes"]:,} bytes {seconds(e["per_operand_s"])}'
+                      for e in s['by_array_bytes'])
+    lines.append(f'  per array of one size, its bytes included: {sized}')
   c = record['compute']
   lines.append(f'compute of {record["model"]["name"]} (forward and backward on each '
                'device at once, slowest process):')

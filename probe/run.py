@@ -52,7 +52,10 @@ A figure that cannot be had is null, never absent.
   all_devices_step_s - one_device_step_s}], fixed_cost_s and per_operand_s
   (fitted: extra_s = fixed_cost_s + operands * per_operand_s, least squares
   of relative residuals, both >= 0; 0 with one device in all),
-  max_relative_residual (null with one device).
+  max_relative_residual (null with one device); mean_array_bytes (of the
+  tiny model's largest step); by_array_bytes [{array_bytes, points,
+  fixed_cost_s, per_operand_s, max_relative_residual}]: the same fit of
+  steps whose arrays all hold array_bytes (step_cost.ARRAY_BYTES).
 - mesh_collectives: null (probe.mesh_collectives=false, or hosts of
   unequal sizes, on which no mesh lies) or each
   collective of a sharded step timed inside a program on the device groups
@@ -78,7 +81,8 @@ A figure that cannot be had is null, never absent.
   device, compiled at the smallest fitting per-device batch and never run
   (probe/step_program.py): per_device_batch, mesh, count (its collectives),
   operands (the arrays they combine), bytes (their results' bytes, summed),
-  by_op {op: {count, operands, bytes}}.
+  by_op {op: {count, operands, bytes}}, arrays_by_bytes [[bytes, how
+  many arrays of that size]].
 - host_input: {measured: false, reason} or {measured: true, data_source,
   images_per_sec (the slowest process's), cpu_ms_per_image (the costliest),
   images_per_sec_per_core, host_cores (the fewest), *_by_process lists,
@@ -270,20 +274,25 @@ def _time_collectives(probe, topology, levels, sizes, me) -> dict:
   return times
 
 
-def _time_step(repeats: int) -> list[dict]:
-  """The tiny step on every device and on this process's first device, at
-  each of step_cost.OPERAND_COUNTS; every process times the former
-  together."""
-  points = []
-  for operands in step_cost.OPERAND_COUNTS:
-    everywhere = step_cost.TinyStep(jax.devices(), operands)
-    alone = step_cost.TinyStep(jax.local_devices()[:1], operands)
-    processes.barrier()
-    all_devices_s = everywhere.median_s(repeats)
-    processes.barrier()
-    points.append({'all_devices_step_s': all_devices_s,
-                   'one_device_step_s': alone.median_s(repeats)})
-  return points
+def _time_step(repeats: int) -> dict:
+  """The tiny step (and the equal arrays' step at each of
+  step_cost.ARRAY_BYTES) on every device and on this process's first
+  device, at each of step_cost.OPERAND_COUNTS; every process times the
+  former together."""
+  def points(make):
+    timed = []
+    for operands in step_cost.OPERAND_COUNTS:
+      everywhere = make(jax.devices(), operands)
+      alone = make(jax.local_devices()[:1], operands)
+      processes.barrier()
+      all_devices_s = everywhere.median_s(repeats)
+      processes.barrier()
+      timed.append({'all_devices_step_s': all_devices_s,
+                    'one_device_step_s': alone.median_s(repeats)})
+    return timed
+  return {'tiny': points(step_cost.TinyStep),
+          'equal': [points(lambda devices, k, size=size: step_cost.EqualArraysStep(
+              devices, k, size)) for size in step_cost.ARRAY_BYTES]}
 
 
 # --- Combining the processes' figures (the same on every process) ---------------
@@ -322,31 +331,46 @@ def _level_record(level, topology, by_process, sizes, configured) -> dict:
   return entry
 
 
-def _step_record(by_process) -> dict:
+def _step_fit(timed_by_process, gradient_bytes) -> dict:
+  """points, fixed_cost_s, per_operand_s and max_relative_residual of one
+  kind of step timed at each of step_cost.OPERAND_COUNTS by every process
+  (`timed_by_process`: each process's list of points)."""
   points = []
   for i, operands in enumerate(step_cost.OPERAND_COUNTS):
-    everywhere = [p['step'][i]['all_devices_step_s'] for p in by_process]
-    alone = [p['step'][i]['one_device_step_s'] for p in by_process]
+    everywhere = [timed[i]['all_devices_step_s'] for timed in timed_by_process]
+    alone = [timed[i]['one_device_step_s'] for timed in timed_by_process]
     points.append({
-        'operands': operands, 'gradient_bytes': step_cost.gradient_bytes(operands),
+        'operands': operands, 'gradient_bytes': gradient_bytes(operands),
         'all_devices_step_s': max(everywhere), 'all_devices_step_s_by_process': everywhere,
         'one_device_step_s': max(alone), 'one_device_step_s_by_process': alone,
         'extra_s': max(everywhere) - max(alone)})
-  record = {
-      'tiny_model': {'inputs': step_cost.TINY_INPUT, 'hidden': step_cost.TINY_HIDDEN,
-                     'classes': step_cost.TINY_CLASSES},
-      'per_device_batch': step_cost.TINY_BATCH,
-      'participants': len(jax.devices()),
-      'points': points, 'fixed_cost_s': 0.0, 'per_operand_s': 0.0,
-      'max_relative_residual': None,
-  }
-  if record['participants'] > 1:
+  record = {'points': points, 'fixed_cost_s': 0.0, 'per_operand_s': 0.0,
+            'max_relative_residual': None}
+  if len(jax.devices()) > 1:
     # A step on every device never costs less than on one: less is the
     # timers' noise, kept above zero for the fit.
     fixed, per_operand, worst = fit_lib.fit_line(
         [q['operands'] for q in points], [max(q['extra_s'], _MIN_EXTRA_S) for q in points])
     record.update(fixed_cost_s=fixed, per_operand_s=per_operand, max_relative_residual=worst)
   return record
+
+
+def _step_record(by_process) -> dict:
+  tiny = _step_fit([p['step']['tiny'] for p in by_process], step_cost.gradient_bytes)
+  by_size = [
+      {'array_bytes': size, **_step_fit([p['step']['equal'][i] for p in by_process],
+                                        lambda k, size=size: k * size)}
+      for i, size in enumerate(step_cost.ARRAY_BYTES)]
+  return {
+      'tiny_model': {'inputs': step_cost.TINY_INPUT, 'hidden': step_cost.TINY_HIDDEN,
+                     'classes': step_cost.TINY_CLASSES},
+      'per_device_batch': step_cost.TINY_BATCH,
+      'participants': len(jax.devices()),
+      **tiny,
+      'mean_array_bytes': step_cost.gradient_bytes(max(step_cost.OPERAND_COUNTS))
+                          / max(step_cost.OPERAND_COUNTS),
+      'by_array_bytes': by_size,
+  }
 
 
 def _compute_record(by_process, config, capacity) -> dict:

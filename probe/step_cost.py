@@ -22,8 +22,15 @@ same tiny arrays, more layers) and fitted as
   latency) pays it per array; one that groups them (NCCL) pays little.
 Both are measured as a step pays them, inside a program that also
 computes, where a chain of bare collectives (probe/collectives.py) may run
-at another pace. The planner multiplies per_operand_s by the arrays of the
-model's own step (planner/from_probe.py).
+at another pace.
+
+What an array costs can depend on its size: over two processes on one
+machine, gloo has been seen to move arrays of under a kilobyte for a fifth
+of a millisecond each and arrays of a hundred kilobytes and more for about
+3 ms each, on a day when another machine charged every size 4 ms. So the
+same fit is also made at larger arrays (ARRAY_BYTES, EqualArraysStep: k
+gradient arrays of one size), and the planner charges each array of the
+model's own step what an array of its size costs (planner/from_probe.py).
 """
 
 import jax
@@ -37,6 +44,9 @@ TINY_INPUT, TINY_HIDDEN, TINY_CLASSES = 64, 16, 10
 TINY_BATCH = 8  # examples per device
 # The arrays of the tiny step's all-reduce (two a layer): 1, 4 and 16 layers.
 OPERAND_COUNTS = (2, 8, 32)
+# The sizes of EqualArraysStep's arrays, bytes: between the tiny MLP's
+# (about 600 bytes) and a large model's largest, by factors of 16.
+ARRAY_BYTES = (4 << 10, 64 << 10, 1 << 20)
 _LEARNING_RATE = 0.01
 
 
@@ -72,11 +82,29 @@ def _step(params, x, y):
   return jax.tree.map(lambda p, g: p - _LEARNING_RATE * g, params, grads)
 
 
-class TinyStep:
-  """The tiny model of `operands` gradient arrays, its step compiled over
-  `devices`, with its inputs there."""
+def _equal_loss(params, x, y):
+  """A loss whose gradient is one array the size of each parameter array,
+  computed from each device's own examples."""
+  del y
+  scale = jnp.mean(x)
+  return sum(jnp.mean((w * scale) ** 2) for w in params)
 
-  def __init__(self, devices, operands: int, hidden: int = TINY_HIDDEN):
+
+def _equal_step(params, x, y):
+  grads = jax.grad(_equal_loss)(params, x, y)
+  grads = jax.lax.pmean(grads, AXIS)
+  return jax.tree.map(lambda p, g: p - _LEARNING_RATE * g, params, grads)
+
+
+def equal_params(operands: int, array_bytes: int) -> list:
+  return [np.full(array_bytes // 4, 0.1, np.float32) for _ in range(operands)]
+
+
+class _Step:
+  """A data-parallel step of `loss_step` over `devices`, with its
+  parameters replicated and its examples split there."""
+
+  def __init__(self, devices, loss_step, params):
     mesh = jax.make_mesh((len(devices),), (AXIS,), devices=devices,
                          axis_types=(jax.sharding.AxisType.Explicit,))
     replicated = jax.sharding.NamedSharding(mesh, jax.P())
@@ -84,12 +112,12 @@ class TinyStep:
     # check_vma=False: the gradients stay each device's own until the
     # explicit pmean, the one all-reduce of the step.
     self._program = jax.jit(jax.shard_map(
-        _step, mesh=mesh, in_specs=(jax.P(), jax.P(AXIS), jax.P(AXIS)),
+        loss_step, mesh=mesh, in_specs=(jax.P(), jax.P(AXIS), jax.P(AXIS)),
         out_specs=jax.P(), check_vma=False))
     rng = np.random.default_rng(1)
     n = TINY_BATCH * len(devices)
     put = lambda a, s: jax.make_array_from_callback(a.shape, s, lambda i: a[i])
-    self._params = jax.tree.map(lambda a: put(a, replicated), tiny_params(operands, hidden))
+    self._params = jax.tree.map(lambda a: put(a, replicated), params)
     self._x = put(rng.normal(size=(n, TINY_INPUT)).astype(np.float32), split)
     self._y = put(rng.integers(0, TINY_CLASSES, n).astype(np.int32), split)
 
@@ -102,3 +130,19 @@ class TinyStep:
 
   def median_s(self, repeats: int) -> float:
     return timing.median_s(self._one_step, repeats)
+
+
+class TinyStep(_Step):
+  """The tiny model of `operands` gradient arrays, its step compiled over
+  `devices`, with its inputs there."""
+
+  def __init__(self, devices, operands: int, hidden: int = TINY_HIDDEN):
+    super().__init__(devices, _step, tiny_params(operands, hidden))
+
+
+class EqualArraysStep(_Step):
+  """A step whose all-reduce moves `operands` gradient arrays of
+  `array_bytes` bytes each, and computes little else."""
+
+  def __init__(self, devices, operands: int, array_bytes: int):
+    super().__init__(devices, _equal_step, equal_params(operands, array_bytes))

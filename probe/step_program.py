@@ -6,9 +6,12 @@ as gloo moves each array on its own), and each one's bytes at the network's
 bandwidth: the gradients' all-reduce, and also the batch-norm statistics'
 small all-reduces of the forward and backward passes (one per layer, in
 sequence), or FSDP's all-gathers. Counting them is reading the compiled
-program, not timing it: the planner multiplies the arrays by the probe's
-per-array cost and the bytes by its fitted bandwidth (planner/from_probe.py).
+program, not timing it: the planner charges each array the probe's cost for an
+array of its size (arrays_by_bytes: [bytes, how many]) and the bytes at
+its fitted bandwidth (planner/from_probe.py).
 """
+
+import collections
 
 import jax
 
@@ -35,6 +38,8 @@ def step_collectives(config, per_device_batch: int, num_classes: int) -> dict:
     entry['count'] += 1
     entry['operands'] += o['operands']
     entry['bytes'] += o['bytes']
+  sizes = collections.Counter(b for o in ops for b in o['array_bytes'])
   return {'per_device_batch': per_device_batch, 'mesh': dict(config.mesh),
           'count': len(ops), 'operands': sum(o['operands'] for o in ops),
-          'bytes': sum(o['bytes'] for o in ops), 'by_op': by_op}
+          'bytes': sum(o['bytes'] for o in ops), 'by_op': by_op,
+          'arrays_by_bytes': sorted([size, n] for size, n in sizes.items())}

@@ -71,6 +71,41 @@ def test_the_step_computes_its_gradients_as_a_tree_where_the_probe_timed_that():
   assert 'tree_compute_s' in from_probe.sources(probe)['compute_s']
 
 
+def _sized_probe():
+  """_probe()'s, whose step costs were also timed at arrays of 4 kB, 64 kB
+  and 1 MiB: 1 ms, then 3 ms an array beyond its bytes at 1e9 bytes/s."""
+  probe = _probe()
+  bandwidth = lambda size: size * 2 * 3 / 4 / 1e9  # a ring of the 4 devices
+  probe['step_fixed_cost'].update(mean_array_bytes=600, per_operand_s=0.0002, by_array_bytes=[
+      {'array_bytes': 4096, 'per_operand_s': 0.001 + bandwidth(4096)},
+      {'array_bytes': 65536, 'per_operand_s': 0.003 + bandwidth(65536)},
+      {'array_bytes': 1 << 20, 'per_operand_s': 0.003 + bandwidth(1 << 20)}])
+  probe['step_program'].update(operands=16, bytes=600 * 10 + 16384 * 4 + (1 << 20) * 2,
+                               arrays_by_bytes=[[600, 10], [16384, 4], [1 << 20, 2]])
+  return probe
+
+
+def test_each_array_costs_what_the_probe_timed_for_arrays_of_its_size():
+  probe = _sized_probe()
+  points = from_probe.array_cost_points(probe)
+  assert [size for size, _ in points] == [600, 4096, 65536, 1 << 20]
+  # (The tiny arrays' own bytes take 0.9 us of their 0.2 ms.)
+  assert [cost for _, cost in points] == pytest.approx([0.0002, 0.001, 0.003, 0.003], abs=1e-6)
+  # 16 kB lies halfway between 4 kB and 64 kB in log size; outside the
+  # probed sizes, the nearest one's cost.
+  assert from_probe.array_cost_s(points, 16384) == pytest.approx(0.002)
+  assert from_probe.array_cost_s(points, 100) == points[0][1]
+  assert from_probe.array_cost_s(points, 4 << 20) == pytest.approx(0.003)
+  # 10 tiny arrays, 4 of 16 kB and 2 of 1 MiB, each at its size's cost.
+  parts = from_probe.step_parts(probe, 8)
+  assert parts['arrays_s'] == pytest.approx(10 * 0.0002 + 4 * 0.002 + 2 * 0.003, rel=1e-3)
+  assert from_probe.step_parts(probe, 8, num_devices=8)['arrays_s'] == pytest.approx(
+      (10 * 0.0002 + 4 * 0.002 + 2 * 0.003) * 7 / 3, rel=1e-3)
+  # A probe without the sizes' fits (an older one): every array at per_operand_s.
+  del probe['step_fixed_cost']['by_array_bytes']
+  assert from_probe.step_parts(probe, 8)['arrays_s'] == pytest.approx(16 * 0.0002)
+
+
 @pytest.mark.parametrize('wrong,part', [
     (dict(compute_s=0.200), 'compute_s'), (dict(busbw_gbps=GBPS / 2), 'bandwidth_s'),
     (dict(per_operand_s=0.004), 'arrays_s'), (dict(fixed_s=0.020), 'fixed_s')])

@@ -75,10 +75,23 @@ def test_a_steps_fixed_cost_and_per_array_cost_are_fitted_over_its_array_counts(
   """extra = fixed + arrays * per_array, from two processes' tiny steps (the
   slowest process's times), hand-computed: fixed 3 ms, 0.5 ms an array."""
   monkeypatch.setattr(probe_run.jax, 'devices', lambda: [None] * 4)
+  def steps(fixed, per_array, slower):
+    return [{'all_devices_step_s': 0.001 + fixed + per_array * k + slower,
+             'one_device_step_s': 0.001} for k in step_cost.OPERAND_COUNTS]
   def process(slower):
-    return {'step': [{'all_devices_step_s': 0.004 + 0.0005 * k + slower,
-                      'one_device_step_s': 0.001} for k in step_cost.OPERAND_COUNTS]}
+    # The equal arrays' steps: 3 ms an array at every size but the first.
+    return {'step': {'tiny': steps(0.003, 0.0005, slower),
+                     'equal': [steps(0.0, 0.001 if i == 0 else 0.003, slower)
+                               for i in range(len(step_cost.ARRAY_BYTES))]}}
   record = probe_run._step_record([process(0.0), process(0.0)])
+  by_size = record['by_array_bytes']
+  assert [e['array_bytes'] for e in by_size] == list(step_cost.ARRAY_BYTES)
+  assert [e['per_operand_s'] for e in by_size] == pytest.approx([0.001, 0.003, 0.003])
+  assert [e['fixed_cost_s'] for e in by_size] == pytest.approx([0, 0, 0], abs=1e-9)
+  assert [q['gradient_bytes'] for q in by_size[1]['points']] == [
+      k * step_cost.ARRAY_BYTES[1] for k in step_cost.OPERAND_COUNTS]
+  assert record['mean_array_bytes'] == pytest.approx(
+      step_cost.gradient_bytes(32) / 32)
   assert record['fixed_cost_s'] == pytest.approx(0.003)
   assert record['per_operand_s'] == pytest.approx(0.0005)
   assert record['max_relative_residual'] < 1e-9
@@ -102,6 +115,14 @@ def test_each_tiny_step_all_reduces_its_counted_arrays():
     found = [c for c in hlo_collectives.collectives_in(text) if c['op'] == 'all-reduce']
     assert sum(c['operands'] for c in found) == k, found
     assert sum(c['bytes'] for c in found) == step_cost.gradient_bytes(k)
+
+
+def test_each_equal_array_step_all_reduces_its_arrays_of_one_size():
+  for size in step_cost.ARRAY_BYTES:
+    for k in (2, 8):
+      text = step_cost.EqualArraysStep(jax.devices()[:2], k, size).compiled_text()
+      found = [c for c in hlo_collectives.collectives_in(text) if c['op'] == 'all-reduce']
+      assert sorted(b for c in found for b in c['array_bytes']) == [size] * k, found
 
 
 def test_bus_factors_follow_nccl():
@@ -244,6 +265,9 @@ def test_one_process_probe_writes_every_field(one_process_probe):
     assert q['extra_s'] == pytest.approx(q['all_devices_step_s'] - q['one_device_step_s'])
   assert step['fixed_cost_s'] >= 0 and step['per_operand_s'] >= 0
   assert step['max_relative_residual'] is not None
+  assert [e['array_bytes'] for e in step['by_array_bytes']] == list(step_cost.ARRAY_BYTES)
+  for entry in step['by_array_bytes']:
+    assert entry['per_operand_s'] >= 0 and len(entry['points']) == len(step_cost.OPERAND_COUNTS)
   compute = record['compute']
   assert [q['per_device_batch'] for q in compute['points']] == [1, 2]
   assert compute['largest_fitting_batch'] == 2 and compute['stopped_by_memory'] is False
@@ -269,6 +293,9 @@ def test_one_process_probe_writes_every_field(one_process_probe):
   assert program['by_op']['all-reduce']['bytes'] >= model['parameter_bytes']
   assert program['bytes'] == sum(o['bytes'] for o in program['by_op'].values())
   assert program['operands'] >= program['count']
+  # Every array of the step's collectives, by size.
+  assert sum(n for _, n in program['arrays_by_bytes']) == program['operands']
+  assert sum(b * n for b, n in program['arrays_by_bytes']) == program['bytes']
   feed = record['host_input']
   assert feed['measured'] and feed['data_source'] == 'folder'
   assert feed['images_per_sec'] > 0 and feed['cpu_ms_per_image'] > 0 and feed['host_cores'] >= 1
@@ -344,10 +371,13 @@ def test_the_step_programs_collectives_are_read_from_hlo_text():
   %rs = f32[16]{0} reduce-scatter(f32[64]{0} %z), dimensions={0}
   """
   assert hlo_collectives.collectives_in(text) == [
-      {'op': 'all-reduce', 'operands': 1, 'bytes': 256, 'groups': [[0, 1]], 'runs': 1},
+      {'op': 'all-reduce', 'operands': 1, 'bytes': 256, 'array_bytes': [256],
+       'groups': [[0, 1]], 'runs': 1},
       {'op': 'all-reduce', 'operands': 2, 'bytes': 3 * 3 * 16 * 16 * 4 + 16 * 2,
+       'array_bytes': [3 * 3 * 16 * 16 * 4, 16 * 2], 'groups': None, 'runs': 1},
+      {'op': 'all-gather', 'operands': 1, 'bytes': 128, 'array_bytes': [128],
        'groups': None, 'runs': 1},
-      {'op': 'all-gather', 'operands': 1, 'bytes': 128, 'groups': None, 'runs': 1},
-      {'op': 'reduce-scatter', 'operands': 1, 'bytes': 64, 'groups': None, 'runs': 1},
+      {'op': 'reduce-scatter', 'operands': 1, 'bytes': 64, 'array_bytes': [64],
+       'groups': None, 'runs': 1},
   ]
 

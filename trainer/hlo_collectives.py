@@ -102,11 +102,12 @@ def runs_per_step(hlo_text: str) -> dict[str, int]:
 
 
 def collectives_in(hlo_text: str) -> list[dict]:
-  """[{'op', 'operands', 'bytes', 'groups', 'runs'}] of each collective in a
-  compiled program's HLO text, in program order (pure: tests feed it text).
-  XLA combines many arrays into one collective of a tuple; `operands` counts
-  them, since a collectives library may move each on its own (gloo does, at
-  one latency each). `bytes` are the result's on one device; `groups` the
+  """[{'op', 'operands', 'bytes', 'array_bytes', 'groups', 'runs'}] of each
+  collective in a compiled program's HLO text, in program order (pure:
+  tests feed it text). XLA combines many arrays into one collective of a
+  tuple; `operands` counts them, since a collectives library may move each
+  on its own (gloo does, at a cost each that can depend on its size,
+  `array_bytes`). `bytes` are the result's on one device; `groups` the
   devices that take part together (replica_groups), None for all; `runs`
   how many times it runs in one call of the program (runs_per_step: a
   collective inside gradient accumulation's loop runs once a micro-batch)."""
@@ -122,5 +123,5 @@ def collectives_in(hlo_text: str) -> list[dict]:
     if match:
       arrays = _shape_arrays(match['shape'], match['op'])
       found.append({'op': match['op'], 'operands': len(arrays), 'bytes': sum(arrays),
-                    'groups': replica_groups(line), 'runs': runs.get(current, 1)})
+                    'array_bytes': arrays, 'groups': replica_groups(line), 'runs': runs.get(current, 1)})
   return found
