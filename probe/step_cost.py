@@ -27,7 +27,7 @@ at another pace.
 What an array costs can depend on its size: over two processes on one
 machine, gloo has been seen to move arrays of under a kilobyte for a fifth
 of a millisecond each and arrays of a hundred kilobytes and more for about
-3 ms each, on a day when another machine charged every size 4 ms. So the
+3 to 5 ms each, on a day when another machine charged every size 4 ms. So the
 same fit is also made at larger arrays (ARRAY_BYTES, EqualArraysStep: k
 gradient arrays of one size), and the planner charges each array of the
 model's own step what an array of its size costs (planner/from_probe.py).
@@ -45,8 +45,10 @@ TINY_BATCH = 8  # examples per device
 # The arrays of the tiny step's all-reduce (two a layer): 1, 4 and 16 layers.
 OPERAND_COUNTS = (2, 8, 32)
 # The sizes of EqualArraysStep's arrays, bytes: between the tiny MLP's
-# (about 600 bytes) and a large model's largest, by factors of 16.
-ARRAY_BYTES = (4 << 10, 64 << 10, 1 << 20)
+# (about 600 bytes) and a large model's largest. Over two processes on
+# one machine, gloo's cost an array has been seen to jump about twentyfold
+# between 64 kB and 150 kB: 32 kB and 128 kB bracket that.
+ARRAY_BYTES = (4 << 10, 32 << 10, 128 << 10, 1 << 20)
 _LEARNING_RATE = 0.01
 
 
