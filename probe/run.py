@@ -53,9 +53,10 @@ A figure that cannot be had is null, never absent.
   (fitted: extra_s = fixed_cost_s + operands * per_operand_s, least squares
   of relative residuals, both >= 0; 0 with one device in all),
   max_relative_residual (null with one device); mean_array_bytes (of the
-  tiny model's largest step); by_array_bytes [{array_bytes, points,
-  fixed_cost_s, per_operand_s, max_relative_residual}]: the same fit of
-  steps whose arrays all hold array_bytes (step_cost.ARRAY_BYTES).
+  tiny model's largest step); by_array_bytes [{array_bytes, point (a step
+  of step_cost.EQUAL_ARRAYS arrays that all hold array_bytes, as points
+  above), per_operand_s = (its extra_s - fixed_cost_s) / its arrays, >= 0;
+  0 with one device}] at each of step_cost.ARRAY_BYTES.
 - mesh_collectives: null (probe.mesh_collectives=false, or hosts of
   unequal sizes, on which no mesh lies) or each
   collective of a sharded step timed inside a program on the device groups
@@ -279,9 +280,9 @@ def _time_step(repeats: int) -> dict:
   step_cost.ARRAY_BYTES) on every device and on this process's first
   device, at each of step_cost.OPERAND_COUNTS; every process times the
   former together."""
-  def points(make):
+  def points(make, counts):
     timed = []
-    for operands in step_cost.OPERAND_COUNTS:
+    for operands in counts:
       everywhere = make(jax.devices(), operands)
       alone = make(jax.local_devices()[:1], operands)
       processes.barrier()
@@ -290,9 +291,9 @@ def _time_step(repeats: int) -> dict:
       timed.append({'all_devices_step_s': all_devices_s,
                     'one_device_step_s': alone.median_s(repeats)})
     return timed
-  return {'tiny': points(step_cost.TinyStep),
+  return {'tiny': points(step_cost.TinyStep, step_cost.OPERAND_COUNTS),
           'equal': [points(lambda devices, k, size=size: step_cost.EqualArraysStep(
-              devices, k, size)) for size in step_cost.ARRAY_BYTES]}
+              devices, k, size), (step_cost.EQUAL_ARRAYS,)) for size in step_cost.ARRAY_BYTES]}
 
 
 # --- Combining the processes' figures (the same on every process) ---------------
@@ -331,12 +332,12 @@ def _level_record(level, topology, by_process, sizes, configured) -> dict:
   return entry
 
 
-def _step_fit(timed_by_process, gradient_bytes) -> dict:
-  """points, fixed_cost_s, per_operand_s and max_relative_residual of one
-  kind of step timed at each of step_cost.OPERAND_COUNTS by every process
-  (`timed_by_process`: each process's list of points)."""
+def _step_points(timed_by_process, counts, gradient_bytes) -> list[dict]:
+  """One kind of step timed at each of `counts` arrays by every process
+  (`timed_by_process`: each process's list of points), the slowest
+  process's time of each."""
   points = []
-  for i, operands in enumerate(step_cost.OPERAND_COUNTS):
+  for i, operands in enumerate(counts):
     everywhere = [timed[i]['all_devices_step_s'] for timed in timed_by_process]
     alone = [timed[i]['one_device_step_s'] for timed in timed_by_process]
     points.append({
@@ -344,29 +345,33 @@ def _step_fit(timed_by_process, gradient_bytes) -> dict:
         'all_devices_step_s': max(everywhere), 'all_devices_step_s_by_process': everywhere,
         'one_device_step_s': max(alone), 'one_device_step_s_by_process': alone,
         'extra_s': max(everywhere) - max(alone)})
-  record = {'points': points, 'fixed_cost_s': 0.0, 'per_operand_s': 0.0,
-            'max_relative_residual': None}
+  return points
+
+
+def _step_record(by_process) -> dict:
+  points = _step_points([p['step']['tiny'] for p in by_process], step_cost.OPERAND_COUNTS,
+                        step_cost.gradient_bytes)
+  fixed, per_operand, worst = 0.0, 0.0, None
   if len(jax.devices()) > 1:
     # A step on every device never costs less than on one: less is the
     # timers' noise, kept above zero for the fit.
     fixed, per_operand, worst = fit_lib.fit_line(
         [q['operands'] for q in points], [max(q['extra_s'], _MIN_EXTRA_S) for q in points])
-    record.update(fixed_cost_s=fixed, per_operand_s=per_operand, max_relative_residual=worst)
-  return record
-
-
-def _step_record(by_process) -> dict:
-  tiny = _step_fit([p['step']['tiny'] for p in by_process], step_cost.gradient_bytes)
-  by_size = [
-      {'array_bytes': size, **_step_fit([p['step']['equal'][i] for p in by_process],
-                                        lambda k, size=size: k * size)}
-      for i, size in enumerate(step_cost.ARRAY_BYTES)]
+  by_size = []
+  for i, size in enumerate(step_cost.ARRAY_BYTES):
+    [point] = _step_points([p['step']['equal'][i] for p in by_process],
+                           (step_cost.EQUAL_ARRAYS,), lambda k, size=size: k * size)
+    # The step's fixed cost is the tiny model's fit's: the rest is its arrays'.
+    by_size.append({'array_bytes': size, 'point': point, 'per_operand_s': max(
+        point['extra_s'] - fixed, 0.0) / step_cost.EQUAL_ARRAYS if len(jax.devices()) > 1
+                    else 0.0})
   return {
       'tiny_model': {'inputs': step_cost.TINY_INPUT, 'hidden': step_cost.TINY_HIDDEN,
                      'classes': step_cost.TINY_CLASSES},
       'per_device_batch': step_cost.TINY_BATCH,
       'participants': len(jax.devices()),
-      **tiny,
+      'points': points, 'fixed_cost_s': fixed, 'per_operand_s': per_operand,
+      'max_relative_residual': worst,
       'mean_array_bytes': step_cost.gradient_bytes(max(step_cost.OPERAND_COUNTS))
                           / max(step_cost.OPERAND_COUNTS),
       'by_array_bytes': by_size,

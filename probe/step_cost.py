@@ -27,10 +27,11 @@ at another pace.
 What an array costs can depend on its size: over two processes on one
 machine, gloo has been seen to move arrays of under a kilobyte for a fifth
 of a millisecond each and arrays of a hundred kilobytes and more for about
-3 to 5 ms each, on a day when another machine charged every size 4 ms. So the
-same fit is also made at larger arrays (ARRAY_BYTES, EqualArraysStep: k
-gradient arrays of one size), and the planner charges each array of the
-model's own step what an array of its size costs (planner/from_probe.py).
+3 to 5 ms each, on a day when another machine charged every size 4 ms. So
+steps of EQUAL_ARRAYS gradient arrays of one size (EqualArraysStep) are
+timed at each of ARRAY_BYTES too, each less the fitted fixed_cost_s, and
+the planner charges each array of the model's own step what an array of
+its size costs (planner/from_probe.py).
 """
 
 import jax
@@ -49,6 +50,9 @@ OPERAND_COUNTS = (2, 8, 32)
 # one machine, gloo's cost an array has been seen to jump about twentyfold
 # between 64 kB and 150 kB: 32 kB and 128 kB bracket that.
 ARRAY_BYTES = (4 << 10, 32 << 10, 128 << 10, 1 << 20)
+# The arrays of each such step: the tiny model's fit gives the step's fixed
+# cost, so one count a size gives its cost an array.
+EQUAL_ARRAYS = 32
 _LEARNING_RATE = 0.01
 
 

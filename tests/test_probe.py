@@ -75,23 +75,24 @@ def test_a_steps_fixed_cost_and_per_array_cost_are_fitted_over_its_array_counts(
   """extra = fixed + arrays * per_array, from two processes' tiny steps (the
   slowest process's times), hand-computed: fixed 3 ms, 0.5 ms an array."""
   monkeypatch.setattr(probe_run.jax, 'devices', lambda: [None] * 4)
-  def steps(fixed, per_array, slower):
-    return [{'all_devices_step_s': 0.001 + fixed + per_array * k + slower,
-             'one_device_step_s': 0.001} for k in step_cost.OPERAND_COUNTS]
+  def steps(per_array, slower, counts=step_cost.OPERAND_COUNTS):
+    return [{'all_devices_step_s': 0.001 + 0.003 + per_array * k + slower,
+             'one_device_step_s': 0.001} for k in counts]
   def process(slower):
-    # The equal arrays' steps: 3 ms an array at every size but the first.
-    return {'step': {'tiny': steps(0.003, 0.0005, slower),
-                     'equal': [steps(0.0, 0.001 if i == 0 else 0.003, slower)
+    # The equal arrays' steps (the same fixed cost): 1 ms an array at the
+    # first size, 3 ms at the others.
+    return {'step': {'tiny': steps(0.0005, slower),
+                     'equal': [steps(0.001 if i == 0 else 0.003, slower,
+                                     (step_cost.EQUAL_ARRAYS,))
                                for i in range(len(step_cost.ARRAY_BYTES))]}}
   record = probe_run._step_record([process(0.0), process(0.0)])
   by_size = record['by_array_bytes']
   assert [e['array_bytes'] for e in by_size] == list(step_cost.ARRAY_BYTES)
+  # Each equal-array step less the tiny model's fixed cost, over its arrays.
   assert [e['per_operand_s'] for e in by_size] == pytest.approx(
       [0.001] + [0.003] * (len(step_cost.ARRAY_BYTES) - 1))
-  assert [e['fixed_cost_s'] for e in by_size] == pytest.approx(
-      [0.0] * len(step_cost.ARRAY_BYTES), abs=1e-9)
-  assert [q['gradient_bytes'] for q in by_size[1]['points']] == [
-      k * step_cost.ARRAY_BYTES[1] for k in step_cost.OPERAND_COUNTS]
+  assert by_size[1]['point']['gradient_bytes'] == (
+      step_cost.EQUAL_ARRAYS * step_cost.ARRAY_BYTES[1])
   assert record['mean_array_bytes'] == pytest.approx(
       step_cost.gradient_bytes(32) / 32)
   assert record['fixed_cost_s'] == pytest.approx(0.003)
@@ -269,7 +270,8 @@ def test_one_process_probe_writes_every_field(one_process_probe):
   assert step['max_relative_residual'] is not None
   assert [e['array_bytes'] for e in step['by_array_bytes']] == list(step_cost.ARRAY_BYTES)
   for entry in step['by_array_bytes']:
-    assert entry['per_operand_s'] >= 0 and len(entry['points']) == len(step_cost.OPERAND_COUNTS)
+    assert entry['per_operand_s'] >= 0
+    assert entry['point']['operands'] == step_cost.EQUAL_ARRAYS
   compute = record['compute']
   assert [q['per_device_batch'] for q in compute['points']] == [1, 2]
   assert compute['largest_fitting_batch'] == 2 and compute['stopped_by_memory'] is False
