@@ -351,8 +351,9 @@ def _step_points(timed_by_process, counts, gradient_bytes) -> list[dict]:
 def _step_record(by_process) -> dict:
   points = _step_points([p['step']['tiny'] for p in by_process], step_cost.OPERAND_COUNTS,
                         step_cost.gradient_bytes)
+  several = len(jax.devices()) > 1
   fixed, per_operand, worst = 0.0, 0.0, None
-  if len(jax.devices()) > 1:
+  if several:
     # A step on every device never costs less than on one: less is the
     # timers' noise, kept above zero for the fit.
     fixed, per_operand, worst = fit_lib.fit_line(
@@ -362,9 +363,10 @@ def _step_record(by_process) -> dict:
     [point] = _step_points([p['step']['equal'][i] for p in by_process],
                            (step_cost.EQUAL_ARRAYS,), lambda k, size=size: k * size)
     # The step's fixed cost is the tiny model's fit's: the rest is its arrays'.
-    by_size.append({'array_bytes': size, 'point': point, 'per_operand_s': max(
-        point['extra_s'] - fixed, 0.0) / step_cost.EQUAL_ARRAYS if len(jax.devices()) > 1
-                    else 0.0})
+    arrays_s = max(point['extra_s'] - fixed, 0.0) if several else 0.0
+    by_size.append({'array_bytes': size, 'point': point,
+                    'per_operand_s': arrays_s / step_cost.EQUAL_ARRAYS})
+  largest = max(step_cost.OPERAND_COUNTS)
   return {
       'tiny_model': {'inputs': step_cost.TINY_INPUT, 'hidden': step_cost.TINY_HIDDEN,
                      'classes': step_cost.TINY_CLASSES},
@@ -372,8 +374,7 @@ def _step_record(by_process) -> dict:
       'participants': len(jax.devices()),
       'points': points, 'fixed_cost_s': fixed, 'per_operand_s': per_operand,
       'max_relative_residual': worst,
-      'mean_array_bytes': step_cost.gradient_bytes(max(step_cost.OPERAND_COUNTS))
-                          / max(step_cost.OPERAND_COUNTS),
+      'mean_array_bytes': step_cost.gradient_bytes(largest) / largest,
       'by_array_bytes': by_size,
   }
 

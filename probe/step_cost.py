@@ -82,12 +82,6 @@ def _loss(params, x, y):
   return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
 
 
-def _step(params, x, y):
-  grads = jax.grad(_loss)(params, x, y)
-  grads = jax.lax.pmean(grads, AXIS)  # the data-parallel all-reduce
-  return jax.tree.map(lambda p, g: p - _LEARNING_RATE * g, params, grads)
-
-
 def _equal_loss(params, x, y):
   """A loss whose gradient is one array the size of each parameter array,
   computed from each device's own examples."""
@@ -96,10 +90,14 @@ def _equal_loss(params, x, y):
   return sum(jnp.mean((w * scale) ** 2) for w in params)
 
 
-def _equal_step(params, x, y):
-  grads = jax.grad(_equal_loss)(params, x, y)
-  grads = jax.lax.pmean(grads, AXIS)
-  return jax.tree.map(lambda p, g: p - _LEARNING_RATE * g, params, grads)
+def _sgd_step(loss):
+  """A data-parallel SGD step of `loss`: each device's gradients, averaged
+  over the devices by one all-reduce, applied to its copy."""
+  def step(params, x, y):
+    grads = jax.grad(loss)(params, x, y)
+    grads = jax.lax.pmean(grads, AXIS)  # the data-parallel all-reduce
+    return jax.tree.map(lambda p, g: p - _LEARNING_RATE * g, params, grads)
+  return step
 
 
 def equal_params(operands: int, array_bytes: int) -> list:
@@ -143,7 +141,7 @@ class TinyStep(_Step):
   `devices`, with its inputs there."""
 
   def __init__(self, devices, operands: int, hidden: int = TINY_HIDDEN):
-    super().__init__(devices, _step, tiny_params(operands, hidden))
+    super().__init__(devices, _sgd_step(_loss), tiny_params(operands, hidden))
 
 
 class EqualArraysStep(_Step):
@@ -151,4 +149,5 @@ class EqualArraysStep(_Step):
   `array_bytes` bytes each, and computes little else."""
 
   def __init__(self, devices, operands: int, array_bytes: int):
-    super().__init__(devices, _equal_step, equal_params(operands, array_bytes))
+    super().__init__(devices, _sgd_step(_equal_loss),
+                     equal_params(operands, array_bytes))
