@@ -59,11 +59,14 @@ def shapes_dir():
 
 # The modules that take longest (pytest --durations on 2 cores), longest
 # first. pytest-xdist hands out whole modules (--dist loadfile) in the
-# order they are collected: starting these first keeps a long module from
-# being the last one left while the other workers wait.
-LONGEST_FIRST = ('test_launcher', 'test_end_to_end', 'test_input_stall', 'test_transfer',
-                 'test_ps_end_to_end', 'test_failures', 'test_mesh_plan',
-                 'test_allreduce_engine', 'test_plan_and_study', 'test_paper_recipes')
+# order they are collected (pyproject.toml's --no-loadscopereorder keeps it
+# from re-sorting them by their number of tests): starting these first keeps
+# a long module from being the last one left while the other workers wait.
+LONGEST_FIRST = ('test_mesh_plan', 'test_launcher', 'test_end_to_end',
+                 'test_mesh_plan_processes', 'test_input_stall', 'test_transfer',
+                 'test_ps_end_to_end', 'test_failures', 'test_probe', 'test_plan_and_study',
+                 'test_allreduce_engine', 'test_parallelism', 'test_bench',
+                 'test_paper_recipes')
 
 
 def pytest_collection_modifyitems(config, items):

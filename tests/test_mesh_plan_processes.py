@@ -78,6 +78,14 @@ def test_a_plan_from_a_probe_of_two_processes_runs_as_both_and_times_there(tmp_p
   flags.append(f'--config.plan.probe={tmp_path / "probe"}')
   one = run_main(f'--workdir={tmp_path / "one"}', *flags, env={'XLA_FLAGS': xla_flags(4)})
   assert one.returncode == 0, one.stderr[-3000:]
+  # The job's work dir holds half of those compiles (a plan re-run there
+  # reuses what the same devices compiled before); the two processes
+  # compile the other half, and their costs must match one process's.
+  with open(tmp_path / 'one' / mesh_plan.COMPILES_FILE) as f:
+    compiled_in_one = f.readlines()
+  seeded = compiled_in_one[:len(compiled_in_one) // 2]
+  (tmp_path / 'both').mkdir()
+  (tmp_path / 'both' / mesh_plan.COMPILES_FILE).write_text(''.join(seeded))
   both = launch(f'--workdir={tmp_path / "both"}', *flags, '--config.plan.time_steps=2',
                 devices=2)
   assert both.returncode == 0, both.stderr[-3000:]
@@ -94,8 +102,10 @@ def test_a_plan_from_a_probe_of_two_processes_runs_as_both_and_times_there(tmp_p
   assert plans['both']['timed_best'] == min(timed, key=lambda n: timed[n]['step_s'])
   assert both.stdout.count('fastest when timed: ') == 1
   assert '[p0] fastest when timed: ' in both.stdout
+  assert plans['both']['compiles'] == {'compiled': len(compiled_in_one) - len(seeded),
+                                       'reused': len(seeded)}
   with open(tmp_path / 'both' / mesh_plan.COMPILES_FILE) as f:
-    assert len(f.readlines()) == plans['both']['compiles']['compiled']  # one writer
+    assert len(f.readlines()) == len(compiled_in_one)  # one writer appended
 
 
 def test_processes_that_answered_differently_are_refused_before_timing():
