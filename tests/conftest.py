@@ -59,7 +59,7 @@ def shapes_dir():
 
 # The modules that take longest (pytest --durations on 2 cores), longest
 # first. pytest-xdist hands out whole modules (--dist loadfile) in the
-# order they are collected (pyproject.toml's --no-loadscopereorder keeps it
+# order they are collected (pyproject.toml's --no-loadscope-reorder keeps it
 # from re-sorting them by their number of tests): starting these first keeps
 # a long module from being the last one left while the other workers wait.
 LONGEST_FIRST = ('test_mesh_plan', 'test_launcher', 'test_end_to_end',
