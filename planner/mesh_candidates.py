@@ -3,17 +3,17 @@
 A candidate is a (data, fsdp, tensor) mesh over every device, with the
 optimiser's update sharded over the data axis or not (mesh.shard_update,
 ZeRO-1; only where data > 1), and a rung of the memory ladder: remat and
-gradient accumulation, tried in LADDER's order until the step fits.
+gradient accumulation (LADDER), the fastest rung whose step fits.
 """
 
 import dataclasses
 import math
 
-# Remat and accumulation, from the cheapest in time to the cheapest in
-# memory: recomputing the dots of the forward pass costs less than all of
-# it, and both cost less than halving the micro-batch, which repeats the
-# activations' collectives and FSDP's reduction of the gradients once per
-# micro-batch.
+# Remat and accumulation, each remat from one micro-batch up: what a mesh
+# may need to fit. Each costs time (recomputing the dots of the forward
+# pass less than all of it; each further micro-batch repeats the
+# activations' collectives and FSDP's reduction of the gradients), so the
+# plan takes the fastest rung that fits (planner/mesh_search.py).
 LADDER = tuple((remat, accum) for accum in (1, 2, 4, 8, 16, 32)
                for remat in ('none', 'dots', 'full'))
 

@@ -8,15 +8,17 @@ cluster to a few compiles a mesh instead of one a rung:
   micro-batches, remat none > dots > full; under one remat, more
   micro-batches hold fewer activations (from 2 on: the first accumulating
   rung adds a buffer for the summed gradient, so 1 against 2 is not
-  ordered). So the first rung in LADDER's order that fits is found by
-  trying the three remats of one micro-batch, then bisecting the number of
-  micro-batches under full remat, then the cheaper remats at the number found.
-- Every rung past the first adds to the step (recomputation, or the
-  per-micro-batch collectives of accumulation) and none removes any: a
-  mesh's first rung is a lower bound on its entry. Meshes are climbed in
-  the order of their first rung's step; once `keep` meshes fit, a mesh whose
-  first rung is already no faster than the keep-th fastest entry cannot
-  enter the top `keep` and is not climbed.
+  ordered). So each remat's fewest micro-batches that fit are found by
+  bisection, full remat's first, since it bounds the others from below.
+- Time rises along each axis: more recomputation, or more micro-batches
+  (each repeats the activations' collectives and FSDP's reduction of the
+  gradients), adds to the step and removes nothing. So a mesh's fastest
+  fitting rung is one of those fewest-micro-batch rungs (full remat over
+  one micro-batch may lose to no remat over two), and its first rung
+  (no remat, one micro-batch) is a lower bound on its entry. Meshes are
+  climbed in the order of their first rung's step; once `keep` meshes fit,
+  a mesh whose first rung is already no faster than the keep-th fastest
+  entry cannot enter the top `keep` and is not climbed.
 """
 
 from typing import Callable
@@ -28,9 +30,9 @@ Row = dict  # an evaluated candidate: at least 'fits' (bool), 'peak', 'step_s'
 
 def mesh_entry(ladder: list[mc.Candidate], evaluate: Callable[[mc.Candidate], Row]
                ) -> tuple[Row, bool]:
-  """The first rung of `ladder` (LADDER's order) whose step fits, and True;
-  else the mesh's smallest miss and False. `evaluate` is called at most
-  once a rung, on as few rungs as the orders above allow."""
+  """The fastest rung of `ladder` whose step fits, and True; else the
+  mesh's smallest miss and False. `evaluate` is called at most once a rung,
+  on as few rungs as the orders above allow."""
   rows = {}
 
   def at(remat: str, accum: int) -> Row:
@@ -41,7 +43,7 @@ def mesh_entry(ladder: list[mc.Candidate], evaluate: Callable[[mc.Candidate], Ro
 
   accums = sorted({c.grad_accum for c in ladder})
   if at('none', 1)['fits']:
-    return rows[('none', 1)], True
+    return rows[('none', 1)], True  # nothing recomputed, nothing repeated: the fastest
   least = at('full', accums[-1])
   if not least['fits']:
     # The gradient's buffer of accumulation may outweigh the activations it saves.
@@ -49,21 +51,34 @@ def mesh_entry(ladder: list[mc.Candidate], evaluate: Callable[[mc.Candidate], Ro
     if unaccumulated['fits']:
       return at('dots', 1) if at('dots', 1)['fits'] else unaccumulated, True
     return min(least, unaccumulated, key=lambda r: r['peak']), False
-  for remat in ('dots', 'full'):
-    if at(remat, 1)['fits']:
-      return rows[(remat, 1)], True
-  low, high = 1, len(accums) - 1  # full remat fits at accums[high]
-  while low < high:
-    middle = (low + high) // 2
-    if at('full', accums[middle])['fits']:
-      high = middle
-    else:
-      low = middle + 1
-  accum = accums[high]
-  for remat in ('none', 'dots'):
-    if at(remat, accum)['fits']:
-      return rows[(remat, accum)], True
-  return at('full', accum), True
+
+  def fewest(remat: str, low: int, high: int) -> int | None:
+    """The fewest micro-batches from `low` to `high` (both in accums, 2 or
+    more) at which `remat` fits, by bisection; None when it fits at none."""
+    lo, hi = accums.index(low), accums.index(high)
+    if lo > hi or not at(remat, accums[hi])['fits']:
+      return None
+    while lo < hi:
+      middle = (lo + hi) // 2
+      if at(remat, accums[middle])['fits']:
+        hi = middle
+      else:
+        lo = middle + 1
+    return accums[hi]
+
+  # Full remat keeps the least: where it first fits bounds the others from
+  # below. At one number of micro-batches no remat beats dots, and dots full
+  # remat, so dots is searched only below where no remat first fits.
+  single = at('full', 1)['fits']
+  full = 1 if single else fewest('full', accums[1], accums[-1])
+  floor = max(full, accums[1]) if len(accums) > 1 else None
+  plain = fewest('none', floor, accums[-1]) if floor else None
+  if single and at('dots', 1)['fits']:
+    pass  # dots at one micro-batch: no accumulation below it to search
+  elif floor and (plain is None or plain > floor):
+    below = accums[accums.index(plain) - 1] if plain else accums[-1]
+    fewest('dots', floor, below)
+  return min((r for r in rows.values() if r['fits']), key=lambda r: r['step_s']), True
 
 
 def climb(starts: list[mc.Candidate], global_batch: int,

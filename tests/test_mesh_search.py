@@ -3,6 +3,7 @@ climbed give the answers a rung-by-rung climb of every mesh gives, with
 fewer evaluations (a stand-in for compiles whose memory and time obey
 the orders the search relies on)."""
 
+import itertools
 import random
 
 import pytest
@@ -34,13 +35,13 @@ def _stand_in(rng, global_batch, capacity):
 
 
 def _every_rung(starts, global_batch, evaluate):
-  """The plain climb: every mesh, rung by rung in LADDER's order."""
+  """The plain climb: every rung of every mesh, each mesh's fastest that fits."""
   fitting, missing = [], []
   for start in starts:
     rows = [evaluate(c) for c in mc.rungs(start, global_batch)]
-    entry = next((r for r in rows if r['fits']), None)
-    if entry:
-      fitting.append(entry)
+    fits = [r for r in rows if r['fits']]
+    if fits:
+      fitting.append(min(fits, key=lambda r: r['step_s']))
     else:
       missing.append(min(rows, key=lambda r: r['peak']))
   return sorted(fitting, key=lambda r: r['step_s']), missing
@@ -73,18 +74,41 @@ def test_when_nothing_fits_each_mesh_gives_its_smallest_miss():
   assert len(calls) <= 3 * len(starts)  # the first rung and the two least
 
 
+def _stepped(fits):
+  """A stand-in whose step rises with remat (dots +10%, full +30%) and with
+  each micro-batch (+5%), and the rungs it was called on."""
+  seen = []
+  added = {'none': 0.0, 'dots': 0.1, 'full': 0.3}
+
+  def evaluate(c):
+    seen.append(c)
+    return {'peak': 0, 'remat': c.remat, 'accum': c.grad_accum, 'fits': fits(c),
+            'step_s': 1 + added[c.remat] + 0.05 * (c.grad_accum - 1)}
+  return evaluate, seen
+
+
 def test_a_mesh_needing_many_micro_batches_is_found_by_bisection():
   ladder = mc.rungs(mc.Candidate(8, 1, 1), global_batch=256)  # 32 a device: 18 rungs
   fits = lambda c: c.grad_accum >= 8 and c.remat != 'none' or c.grad_accum >= 16
-  seen = []
-  evaluate = lambda c: seen.append(c) or {'peak': 0, 'step_s': 0, 'fits': fits(c)}
-  _, found = mesh_search.mesh_entry(ladder, evaluate)
-  assert found
+  evaluate, seen = _stepped(fits)
+  row, found = mesh_search.mesh_entry(ladder, evaluate)
+  assert found and (row['remat'], row['accum']) == ('dots', 8)
   assert [(c.remat, c.grad_accum) for c in seen] == [
-      ('none', 1), ('full', 32), ('dots', 1), ('full', 1),  # the first and the least
-      ('full', 8), ('full', 4),                             # bisection over 2..32
-      ('none', 8), ('dots', 8)]                             # the cheapest remat at 8
-  # Rung by rung, (dots, 8) is the 11th of 18.
+      ('none', 1), ('full', 32), ('full', 1),  # the first rung, and full remat's least
+      ('full', 8), ('full', 4),                # bisection of full remat over 2..32: 8
+      ('none', 32), ('none', 16), ('none', 8),  # of no remat over 8..32: 16
+      ('dots', 8)]                             # of dots over 8..8 (below 16): 8
+
+
+def test_no_remat_over_two_micro_batches_beats_full_remat_over_one():
+  # Full remat recomputes the forward pass (+30% here), a second
+  # micro-batch repeats a step's collectives (+5%): both fit, the second wins.
+  ladder = mc.rungs(mc.Candidate(8, 1, 1), global_batch=256)
+  fits = lambda c: c.remat == 'full' or c.grad_accum >= 2
+  evaluate, seen = _stepped(fits)
+  row, found = mesh_search.mesh_entry(ladder, evaluate)
+  assert found and (row['remat'], row['accum']) == ('none', 2)
+  assert len(seen) < len(ladder)
 
 
 def test_a_mesh_where_only_one_micro_batch_fits_full_remat_is_found():
@@ -94,3 +118,30 @@ def test_a_mesh_where_only_one_micro_batch_fits_full_remat_is_found():
                         'fits': (c.remat, c.grad_accum) == ('full', 1)}
   row, found = mesh_search.mesh_entry(ladder, evaluate)
   assert found and (row['remat'], row['accum']) == ('full', 1)
+
+
+def test_every_memory_pattern_the_orders_allow_gets_its_fastest_fitting_rung():
+  """Each remat fitting from some number of micro-batches on (from 2 up,
+  no remat from no fewer than dots, dots from no fewer than full; at one
+  micro-batch full, then dots too, or neither): the fastest rung that fits,
+  from at most 12 of the 18 rungs of 32 images a device."""
+  ladder = mc.rungs(mc.Candidate(8, 1, 1), global_batch=256)
+  counts = [2, 4, 8, 16, 32, None]  # None: never fits
+  least = lambda k: 64 if k is None else k
+  patterns = 0
+  for full, dots, plain in itertools.product(counts, repeat=3):
+    if not least(full) <= least(dots) <= least(plain):
+      continue
+    for at_one in ((), ('full',), ('full', 'dots')):
+      first = {'full': full, 'dots': dots, 'none': plain}
+      fits = lambda c, first=first, at_one=at_one: (
+          c.remat in at_one if c.grad_accum == 1 else c.grad_accum >= least(first[c.remat]))
+      evaluate, seen = _stepped(fits)
+      row, found = mesh_search.mesh_entry(ladder, evaluate)
+      assert len(seen) <= 12
+      fitting = [evaluate(c)['step_s'] for c in ladder if fits(c)]
+      assert found == bool(fitting)
+      if fitting:
+        patterns += 1
+        assert row['step_s'] == min(fitting), (first, at_one)
+  assert patterns == 167
