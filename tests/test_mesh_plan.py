@@ -111,7 +111,7 @@ def test_terms_derived_from_one_and_two_blocks_match_a_compile_of_four(candidate
 
 
 _PLAN = ['--mode=plan', '--config=configs/quickstart.py', '--config.model.name=vit_ti16',
-         '--config.model.width=128', '--config.model.depth=2', '--config.data.image_size=32',
+         '--config.model.width=128', '--config.model.depth=1', '--config.data.image_size=32',
          '--config.batch_size=16', '--config.plan.parallelism=mesh',
          '--config.plan.device_tflops=100', '--config.plan.devices_per_host=2',
          '--config.plan.link_bandwidth_gbps=100', '--config.plan.intra_host_gbps=2400']
@@ -203,7 +203,7 @@ def test_a_probes_compute_fit_is_numpys_least_squares_line():
 
 
 def _probe(devices=4, per_host=2, flops=True):
-  """A probe.json of a vit_ti16 of width 128 and 2 blocks at 32 px, its
+  """A probe.json of a vit_ti16 of width 128 and 1 block at 32 px, its
   figures round numbers whose costs a test computes by hand."""
   ring = lambda p, latency, gbps: {'measured': True, 'participants': p, 'all_reduce': {
       'latency_s': latency, 'busbw_gbps': gbps}}
@@ -214,7 +214,7 @@ def _probe(devices=4, per_host=2, flops=True):
   return {
       'schema_version': 2,
       'provenance': {'device_count': devices, 'platform': 'cpu', 'process_count': 1},
-      'model': {'name': 'vit_ti16', 'width': 128, 'depth': 2, 'image_size': 32,
+      'model': {'name': 'vit_ti16', 'width': 128, 'depth': 1, 'image_size': 32,
                 'dtype': 'float32', 'parameter_bytes': 1e6},
       'hosts': {'devices_per_host': [per_host] * (devices // per_host)},
       'collectives': {'intra_host': ring(per_host, 2e-4, 8.0),
@@ -270,7 +270,7 @@ def test_a_probe_of_one_host_costs_the_nic_from_the_plan_keys():
 
 def _probe_config(tmp_path, probe, **plan):
   (tmp_path / 'probe.json').write_text(json.dumps(probe))
-  config = _tiny_vit(2)
+  config = _tiny_vit(1)
   config.plan.probe, config.plan.devices_per_host = str(tmp_path), 1
   config.plan.update(plan)
   return config
@@ -320,7 +320,7 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
   assert plan['best'] == rows[0]['name'] and not plan['not_fitting']
   assert f'--config.mesh.data={rows[0]["mesh.data"]}' in plan['command']
   # The run's own overrides stay in the command; the plan's keys do not.
-  assert '--config.model.width=128 --config.model.depth=2' in plan['command']
+  assert '--config.model.width=128 --config.model.depth=1' in plan['command']
   assert '--config.batch_size=16' in plan['command'] and '--config.plan.' not in plan['command']
   assert 'fastest that fits: ' + rows[0]['name'] in result.stdout
   # Each runner-up says how far behind the fastest it is predicted.

@@ -71,12 +71,11 @@ def test_a_plan_from_a_probe_of_two_processes_runs_as_both_and_times_there(tmp_p
   there; process 0 alone writes and speaks."""
   probe = _probe(devices=4, per_host=2)
   probe['provenance']['process_count'] = 2
-  probe['model']['depth'] = 1  # one block: half the compiling of two, the same plan's paths
   (tmp_path / 'probe').mkdir()
   (tmp_path / 'probe' / 'probe.json').write_text(json.dumps(probe))
   flags = [a for a in _PLAN if not a.startswith(('--config.plan.device_tflops',
                                                  '--config.plan.devices_per_host'))]
-  flags += [f'--config.plan.probe={tmp_path / "probe"}', '--config.model.depth=1']
+  flags.append(f'--config.plan.probe={tmp_path / "probe"}')
   one = run_main(f'--workdir={tmp_path / "one"}', *flags, env={'XLA_FLAGS': xla_flags(4)})
   assert one.returncode == 0, one.stderr[-3000:]
   # The job's work dir holds half of those compiles (a plan re-run there
