@@ -102,7 +102,12 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
   flags = [*COMMON, *MODELS[model]]
   devices = LAYOUTS[layout][0] * LAYOUTS[layout][1]
   probe_dir = os.path.join(root, f'probe_{layout}_{model}')
-  per_device = ','.join(str(b // devices) for b in batches)
+  # The batch a device works on under every mesh (the global batch over
+  # data x fsdp, a divisor of the devices): the plan costs each mesh's
+  # compute at the probe's rate at its batch.
+  per_device = ','.join(str(b) for b in sorted({
+      batch // shards for batch in batches
+      for shards in range(1, devices + 1) if devices % shards == 0}))
   _launch(layout, ['main.py', *flags, f'--workdir={probe_dir}', '--mode=probe',
                    f'--config.plan.per_worker_batch_sizes={per_device}'])
   with open(os.path.join(probe_dir, 'probe.json')) as f:

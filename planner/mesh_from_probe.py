@@ -7,10 +7,15 @@ From a probe of the cluster:
 - compute: its timed points of the model's gradient program with the
   parameters as their tree (tree_compute_s; a probe without it: the wire
   program's compute_s, which adds the copies of packing them in one
-  vector), each with its FLOPs, fitted as t = offset + flops x
-  seconds_per_flop (least squares; one point: through the origin), so that
-  a candidate's program of other FLOPs (sharded, rematerialised) is timed
-  at the rate these devices reach;
+  vector), each with its FLOPs and its batch per device: the seconds a
+  FLOP took at that batch. A candidate's program of other FLOPs (sharded,
+  rematerialised) is timed at the rate of its own micro-batch per device
+  (interpolated in log batch between the probe's batches, the nearest
+  beyond them): a device's rate depends on the batch its operations
+  work on (on 2 CPU cores a ViT's step of 4 images a device takes about
+  twice the seconds a FLOP of one of 16: the probes of
+  results/plan/mesh_check.jsonl), and a tensor-sharded step works on the
+  larger batch of its fewer data shards;
   plus the optimiser's update (update.update_s, the whole model's on every
   device at once) times the share of the update a device computes: the
   share of the optimiser's state it holds, which FSDP and ZeRO-1 shard;
@@ -37,6 +42,7 @@ configured links, nothing per array or per step.
 """
 
 import dataclasses
+import math
 
 from core import units
 from core.errors import UsageError
@@ -47,8 +53,9 @@ from planner import mesh_cost
 @dataclasses.dataclass(frozen=True)
 class Costing:
   links: mesh_cost.Links
-  seconds_per_flop: float
-  compute_offset_s: float = 0.0
+  seconds_per_flop: float  # at every batch where `rates` is empty
+  # ((per-device batch, seconds a FLOP), ...) by batch: a probe's.
+  rates: tuple = ()
   update_s: float = 0.0  # the whole model's update on one device
   parameter_bytes: float = 0.0  # the whole model's (float32) parameters
   fixed_s: float = 0.0  # once per step that communicates
@@ -64,9 +71,26 @@ class Costing:
       return opt_state_bytes / opt_state_full
     return params_bytes / self.parameter_bytes if self.parameter_bytes else 0.0
 
-  def compute_s(self, flops: float, update_share: float) -> float:
-    """A device's program of `flops`, and `update_share` of the update."""
-    return self.compute_offset_s + flops * self.seconds_per_flop + self.update_s * update_share
+  def flop_s(self, per_device_batch: float) -> float:
+    """The seconds of a FLOP at `per_device_batch` images a device: the
+    probe's rates interpolated linearly in log batch, the nearest batch's
+    beyond them; without a probe, seconds_per_flop."""
+    if not self.rates:
+      return self.seconds_per_flop
+    batches = [b for b, _ in self.rates]
+    if per_device_batch <= batches[0]:
+      return self.rates[0][1]
+    if per_device_batch >= batches[-1]:
+      return self.rates[-1][1]
+    i = next(i for i, b in enumerate(batches) if b > per_device_batch)
+    (b0, r0), (b1, r1) = self.rates[i - 1], self.rates[i]
+    w = math.log(per_device_batch / b0) / math.log(b1 / b0)
+    return r0 + w * (r1 - r0)
+
+  def compute_s(self, flops: float, update_share: float, per_device_batch: float) -> float:
+    """A device's program of `flops` on micro-batches of `per_device_batch`
+    images, and `update_share` of the update."""
+    return flops * self.flop_s(per_device_batch) + self.update_s * update_share
 
 
 def configured(plan) -> Costing:
@@ -92,20 +116,11 @@ def cluster_devices(probe: dict) -> tuple[int, int]:
   return probe['provenance']['device_count'], per_host.pop()
 
 
-def compute_fit(points: list[dict]) -> tuple[float, float]:
-  """(offset_s, seconds_per_flop) of t = offset + flops x rate over the
-  probe's compute points, timed as a tree where the probe did (least
-  squares; one point or a negative offset: through the origin)."""
-  xs = [q['flops'] for q in points]
-  ys = [q.get('tree_compute_s', q['compute_s']) for q in points]
-  through_origin = (0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs))
-  if len(set(xs)) < 2:
-    return through_origin
-  n = len(xs)
-  mx, my = sum(xs) / n, sum(ys) / n
-  slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-  offset = my - slope * mx
-  return (offset, slope) if offset >= 0 and slope > 0 else through_origin
+def compute_rates(points: list[dict]) -> tuple:
+  """((per-device batch, seconds a FLOP), ...) of the probe's compute
+  points, by batch, timed as a tree where the probe did."""
+  return tuple(sorted((q['per_device_batch'], q.get('tree_compute_s', q['compute_s']) / q['flops'])
+                      for q in points))
 
 
 def _ring(entry: dict) -> tuple[float, float]:
@@ -139,8 +154,8 @@ def from_probe_record(probe: dict) -> Costing:
       intra_array_s=0.0 if spans_hosts else array_step_s,
       nic_array_s=array_step_s if spans_hosts else 0.0,
       measured=(probe.get('mesh_collectives') or {}).get('fits', {}))
-  offset, rate = compute_fit(points)
-  return Costing(links=links, seconds_per_flop=rate, compute_offset_s=offset,
+  rates = compute_rates(points)
+  return Costing(links=links, seconds_per_flop=rates[-1][1], rates=rates,
                  update_s=probe['update']['update_s'],
                  parameter_bytes=probe['model']['parameter_bytes'],
                  fixed_s=step['fixed_cost_s'], source='probe' + _timed(links))

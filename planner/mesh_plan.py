@@ -209,18 +209,25 @@ def measure(config, candidate, num_classes, plan_links, dtype, cache: CompileCac
   return {**compiled(0), 'derived_from_depths': None}
 
 
-def timed(terms: dict, costing: mesh_from_probe.Costing, plan) -> dict:
-  """The step's seconds from the terms: compute at the devices' rate, the
-  collectives as costed and the step's fixed cost when it communicates,
-  summed (or overlapped: plan.overlap)."""
+def timed(terms: dict, costing: mesh_from_probe.Costing, plan, per_device_batch: float) -> dict:
+  """The step's seconds from the terms: compute at the devices' rate for
+  micro-batches of `per_device_batch`, the collectives as costed and the
+  step's fixed cost when it communicates, summed (or overlapped:
+  plan.overlap)."""
   share = costing.update_share(terms['params'], terms['opt_state'], terms['opt_state_full'])
-  compute_s = costing.compute_s(terms['flops'], share)
+  compute_s = costing.compute_s(terms['flops'], share, per_device_batch)
   comm_s = sum(c['seconds'] for c in terms['collectives'].values())
   if terms['collectives']:
     comm_s += costing.fixed_s
   return {'compute_s': compute_s, 'communication_s': comm_s,
           'step_s': mesh_cost.step_s(compute_s, comm_s, overlap=plan.overlap,
                                      backprop_share=plan.backprop_share)}
+
+
+def micro_batch(candidate: mc.Candidate, global_batch: int) -> float:
+  """The images a device's step works on at once: its data shard's batch
+  (data x fsdp shards) over the micro-batches."""
+  return global_batch / (candidate.data * candidate.fsdp * candidate.grad_accum)
 
 
 def _over(row: dict, best: dict) -> str:
@@ -285,7 +292,8 @@ def run_mesh_plan(config, workdir: str) -> dict:
   def evaluate(candidate):
     terms = measure(config, candidate, num_classes, plan_links, dtype, cache)
     row = {'name': candidate.name(), **candidate.config_values(), **terms,
-           **timed(terms, costing, plan), 'fits': terms['peak'] <= capacity}
+           **timed(terms, costing, plan, micro_batch(candidate, config.batch_size)),
+           'fits': terms['peak'] <= capacity}
     logging.info('%s: peak %.2f GiB, step %.4g ms', row['name'], row['peak'] / GIB,
                  row['step_s'] * 1e3)
     return row

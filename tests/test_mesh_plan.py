@@ -188,18 +188,25 @@ def test_the_large_vits_have_their_papers_parameter_counts(name, published):
   assert count == pytest.approx(published, rel=2e-3)  # a block is 1-3% of them
 
 
-def test_a_probes_compute_fit_is_numpys_least_squares_line():
-  points = [{'flops': 1e9, 'compute_s': 0.012}, {'flops': 2e9, 'compute_s': 0.021},
-            {'flops': 4e9, 'compute_s': 0.043}]
-  slope, offset = np.polyfit([q['flops'] for q in points], [q['compute_s'] for q in points], 1)
-  assert mesh_from_probe.compute_fit(points) == pytest.approx((offset, slope))
-  # One point: through the origin.
-  assert mesh_from_probe.compute_fit(points[:1]) == pytest.approx((0.0, 0.012 / 1e9))
+def test_a_probes_compute_is_its_seconds_a_flop_at_each_batch_interpolated_in_log_batch():
+  points = [{'per_device_batch': 16, 'flops': 4e9, 'compute_s': 0.043},
+            {'per_device_batch': 4, 'flops': 1e9, 'compute_s': 0.02},
+            {'per_device_batch': 8, 'flops': 2e9, 'compute_s': 0.03}]
+  rates = mesh_from_probe.compute_rates(points)
+  assert [b for b, _ in rates] == [4, 8, 16]
+  assert [r for _, r in rates] == pytest.approx([2e-11, 1.5e-11, 1.075e-11])
+  costing = mesh_from_probe.Costing(links=None, seconds_per_flop=rates[-1][1], rates=rates,
+                                    update_s=0.004)
+  # 1e9 FLOPs at 8 a device (a probed batch), at 4 x sqrt(2) (halfway in
+  # log batch between 4 and 8), below and above the probed batches.
+  assert costing.compute_s(1e9, 0.0, 8) == pytest.approx(0.015)
+  assert costing.compute_s(1e9, 0.0, 4 * 2 ** 0.5) == pytest.approx(0.0175)
+  assert costing.compute_s(1e9, 0.5, 2) == pytest.approx(0.02 + 0.002)
+  assert costing.compute_s(1e9, 0.0, 64) == pytest.approx(0.01075)
   # Where the probe also timed the gradients as a tree (an SPMD step's
-  # form), the line goes through those times, not the wire program's.
-  trees = [dict(q, tree_compute_s=t) for q, t in zip(points, (0.010, 0.019, 0.038))]
-  slope, offset = np.polyfit([1e9, 2e9, 4e9], [0.010, 0.019, 0.038], 1)
-  assert mesh_from_probe.compute_fit(trees) == pytest.approx((offset, slope))
+  # form), the rates are those times', not the wire program's.
+  trees = [dict(q, tree_compute_s=q['compute_s'] / 2) for q in points]
+  assert mesh_from_probe.compute_rates(trees)[0][1] == pytest.approx(1e-11)
 
 
 def _probe(devices=4, per_host=2, flops=True):
@@ -237,8 +244,10 @@ def test_a_probes_links_are_its_rings_bandwidth_and_latency_per_step():
   # of 4 devices is paid across hosts only.
   assert (links.intra_array_s, links.nic_array_s) == (0.0, pytest.approx(1e-4))
   assert costing.fixed_s == 5e-4
-  # Compute: 1 ms + 1e-11 s a FLOP, and half the update for half of it.
-  assert costing.compute_s(3e9, 0.5) == pytest.approx(0.001 + 0.03 + 0.002)
+  # Compute: 1.1e-11 s a FLOP at 8 images a device, 1.05e-11 at 16, and
+  # half the update for half of it.
+  assert costing.compute_s(3e9, 0.5, 8) == pytest.approx(0.033 + 0.002)
+  assert costing.compute_s(3e9, 0.0, 16) == pytest.approx(0.0315)
   # The update's share: the optimiser state's a device holds (ZeRO-1 shards
   # it over replicated parameters); without state, the parameters'.
   assert costing.update_share(1e6, 2.5e5, 1e6) == 0.25
@@ -331,7 +340,10 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
   assert plan['costed_from'] == 'probe' and plan['dtype'] == 'float32'
   for row in rows:
     assert row['step_s'] == pytest.approx(row['compute_s'] + row['communication_s'])
-    want = 0.001 + row['flops'] * 1e-11 + 0.004 * row['opt_state'] / row['opt_state_full']
+    # 16 images over the data x fsdp shards: 1.1e-11 s a FLOP at 8 a
+    # device (data=2, fsdp=2), 1.05e-11 at 16 (tensor=2).
+    flop_s = 1.05e-11 if row['mesh.data'] * row['mesh.fsdp'] == 1 else 1.1e-11
+    want = row['flops'] * flop_s + 0.004 * row['opt_state'] / row['opt_state_full']
     assert row['compute_s'] == pytest.approx(want), row['name']
     collectives = sum(c['seconds'] for c in row['collectives'].values())
     assert row['communication_s'] == pytest.approx(collectives + 5e-4), row['name']
