@@ -38,6 +38,11 @@ class Candidate:
     extra += [f'accum={self.grad_accum}'] if self.grad_accum > 1 else []
     return ', '.join([self.mesh_name()] + extra)
 
+  def micro_batch(self, global_batch: int) -> float:
+    """The images a device's step works on at once: its data shard's batch
+    (data x fsdp shards) over the micro-batches."""
+    return global_batch / (self.data * self.fsdp * self.grad_accum)
+
   def config_values(self) -> dict:
     return dict(zip(CONFIG_KEYS, (self.data, self.fsdp, self.tensor, self.shard_update,
                                   self.remat, self.grad_accum)))
@@ -81,6 +86,6 @@ def first_rungs(num_devices: int, global_batch: int, divides: int) -> list[Candi
 
 def rungs(candidate: Candidate, global_batch: int) -> list[Candidate]:
   """The candidate at every rung of LADDER its per-device batch allows."""
-  per_device = global_batch // (candidate.data * candidate.fsdp)
+  per_device = global_batch // (candidate.data * candidate.fsdp)  # one micro-batch
   return [dataclasses.replace(candidate, remat=remat, grad_accum=accum)
           for remat, accum in LADDER if per_device % accum == 0]

@@ -41,6 +41,7 @@ From plan.*: compute at plan.device_tflops x plan.device_utilization, the
 configured links, nothing per array or per step.
 """
 
+import bisect
 import dataclasses
 import math
 
@@ -82,7 +83,7 @@ class Costing:
       return self.rates[0][1]
     if per_device_batch >= batches[-1]:
       return self.rates[-1][1]
-    i = next(i for i, b in enumerate(batches) if b > per_device_batch)
+    i = bisect.bisect_right(batches, per_device_batch)
     (b0, r0), (b1, r1) = self.rates[i - 1], self.rates[i]
     w = math.log(per_device_batch / b0) / math.log(b1 / b0)
     return r0 + w * (r1 - r0)

@@ -224,12 +224,6 @@ def timed(terms: dict, costing: mesh_from_probe.Costing, plan, per_device_batch:
                                      backprop_share=plan.backprop_share)}
 
 
-def micro_batch(candidate: mc.Candidate, global_batch: int) -> float:
-  """The images a device's step works on at once: its data shard's batch
-  (data x fsdp shards) over the micro-batches."""
-  return global_batch / (candidate.data * candidate.fsdp * candidate.grad_accum)
-
-
 def _over(row: dict, best: dict) -> str:
   """How much slower `row` is predicted than `best`, in percent."""
   return f'+{100 * (row["step_s"] / best["step_s"] - 1):.1f}% over the fastest'
@@ -292,7 +286,7 @@ def run_mesh_plan(config, workdir: str) -> dict:
   def evaluate(candidate):
     terms = measure(config, candidate, num_classes, plan_links, dtype, cache)
     row = {'name': candidate.name(), **candidate.config_values(), **terms,
-           **timed(terms, costing, plan, micro_batch(candidate, config.batch_size)),
+           **timed(terms, costing, plan, candidate.micro_batch(config.batch_size)),
            'fits': terms['peak'] <= capacity}
     logging.info('%s: peak %.2f GiB, step %.4g ms', row['name'], row['peak'] / GIB,
                  row['step_s'] * 1e3)

@@ -73,9 +73,8 @@ def mesh_entry(ladder: list[mc.Candidate], evaluate: Callable[[mc.Candidate], Ro
   full = 1 if single else fewest('full', accums[1], accums[-1])
   floor = max(full, accums[1]) if len(accums) > 1 else None
   plain = fewest('none', floor, accums[-1]) if floor else None
-  if single and at('dots', 1)['fits']:
-    pass  # dots at one micro-batch: no accumulation below it to search
-  elif floor and (plain is None or plain > floor):
+  dots_at_one = single and at('dots', 1)['fits']  # then more micro-batches only cost more
+  if not dots_at_one and floor and (plain is None or plain > floor):
     below = accums[accums.index(plain) - 1] if plain else accums[-1]
     fewest('dots', floor, below)
   return min((r for r in rows.values() if r['fits']), key=lambda r: r['step_s']), True
