@@ -88,6 +88,12 @@ class Costing:
     w = math.log(per_device_batch / b0) / math.log(b1 / b0)
     return r0 + w * (r1 - r0)
 
+  def beyond_probed(self, per_device_batch: float) -> bool:
+    """Whether `per_device_batch` lies outside the probe's timed batches,
+    so that flop_s takes the nearest one's rate (plan.json says which
+    configurations it costed so)."""
+    return bool(self.rates) and not (self.rates[0][0] <= per_device_batch <= self.rates[-1][0])
+
   def compute_s(self, flops: float, update_share: float, per_device_batch: float) -> float:
     """A device's program of `flops` on micro-batches of `per_device_batch`
     images, and `update_share` of the update."""

@@ -239,6 +239,19 @@ def _why_slower(row: dict, best: dict) -> str:
   return f'{term} +{extra * 1e3:.3g} ms'
 
 
+def _beyond_probed(rows: list[dict], costing: mesh_from_probe.Costing) -> str:
+  """The answer that names the rows whose compute is costed at a rate the
+  probe did not time (a micro-batch per device outside its batches), or ''."""
+  beyond = [r for r in rows if costing.beyond_probed(r['micro_batch_per_device'])]
+  if not beyond:
+    return ''
+  each = ', '.join(f'{r["name"]} at {r["micro_batch_per_device"]:g}' for r in beyond)
+  low, high = costing.rates[0][0], costing.rates[-1][0]
+  return (f'beyond the probe\'s batches ({low:g} to {high:g} images a device): {each} '
+          'images a device, costed at the rate of the nearest probed batch; probe with '
+          'plan.per_worker_batch_sizes covering them for their own')
+
+
 def _command(row: dict) -> str:
   """main.py with the run's --config, its other --config.KEY overrides (not
   plan.* nor the row's own keys), and the row's mesh, remat and accumulation."""
@@ -285,8 +298,10 @@ def run_mesh_plan(config, workdir: str) -> dict:
 
   def evaluate(candidate):
     terms = measure(config, candidate, num_classes, plan_links, dtype, cache)
+    micro_batch = candidate.micro_batch(config.batch_size)
     row = {'name': candidate.name(), **candidate.config_values(), **terms,
-           **timed(terms, costing, plan, candidate.micro_batch(config.batch_size)),
+           'micro_batch_per_device': micro_batch,
+           **timed(terms, costing, plan, micro_batch),
            'fits': terms['peak'] <= capacity}
     logging.info('%s: peak %.2f GiB, step %.4g ms', row['name'], row['peak'] / GIB,
                  row['step_s'] * 1e3)
@@ -333,6 +348,9 @@ def run_mesh_plan(config, workdir: str) -> dict:
   for row in misses:
     answers.append(f'does not fit: {row["name"]}, peak {row["peak"] / GIB:.2f} GiB '
                    f'(temporaries {row["temporaries"] / GIB:.2f} GiB)')
+  beyond = _beyond_probed(rows[:_ANSWERED], costing)
+  if beyond:
+    answers.append(beyond)
   if not_climbed:
     answers.append(f'not climbed: {len(not_climbed)} mesh(es) whose first rung is already '
                    f'slower than the {_ANSWERED} fastest entries (from '

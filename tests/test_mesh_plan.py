@@ -203,6 +203,16 @@ def test_a_probes_compute_is_its_seconds_a_flop_at_each_batch_interpolated_in_lo
   assert costing.compute_s(1e9, 0.0, 4 * 2 ** 0.5) == pytest.approx(0.0175)
   assert costing.compute_s(1e9, 0.5, 2) == pytest.approx(0.02 + 0.002)
   assert costing.compute_s(1e9, 0.0, 64) == pytest.approx(0.01075)
+  # Only batches outside the probed 4..16 take a rate the probe did not time.
+  assert [costing.beyond_probed(b) for b in (2, 4, 8, 16, 32)] == [True, False, False, False, True]
+  rows = [{'name': 'data=8', 'micro_batch_per_device': 2},
+          {'name': 'data=2 x tensor=4', 'micro_batch_per_device': 8},
+          {'name': 'tensor=8', 'micro_batch_per_device': 16 * 2}]
+  assert mesh_plan._beyond_probed(rows, costing) == (
+      "beyond the probe's batches (4 to 16 images a device): data=8 at 2, tensor=8 at 32 "
+      "images a device, costed at the rate of the nearest probed batch; probe with "
+      'plan.per_worker_batch_sizes covering them for their own')
+  assert mesh_plan._beyond_probed(rows[1:2], costing) == ''
   # Where the probe also timed the gradients as a tree (an SPMD step's
   # form), the rates are those times', not the wire program's.
   trees = [dict(q, tree_compute_s=q['compute_s'] / 2) for q in points]
@@ -396,6 +406,15 @@ def test_the_mesh_plan_names_the_fastest_fitting_mesh_costed_from_a_probe(tmp_pa
     wider = json.load(f)
   assert wider['costed_from'] == 'probe of one host, NIC from plan.*'
   assert wider['cluster']['devices'] == 4
+  # 16 images over 4 devices: 4 a device on data x fsdp = 4, below the
+  # probe's 8 and 16; the answers name the answered rows costed so.
+  for row in wider['fitting']:
+    assert row['micro_batch_per_device'] == 16 / (row['mesh.data'] * row['mesh.fsdp'])
+  beyond = [f'{r["name"]} at 4' for r in wider['fitting'][:3] if r['micro_batch_per_device'] == 4]
+  said = [a for a in wider['answers'] if a.startswith("beyond the probe's batches (8 to 16 ")]
+  assert beyond and len(said) == 1
+  assert said[0].startswith(
+      f"beyond the probe's batches (8 to 16 images a device): {', '.join(beyond)} images")
   assert any(key.endswith('across hosts') for row in wider['fitting']
              for key in row['collectives'])
   other = _probe(devices=2, per_host=2)
