@@ -27,6 +27,13 @@ predicted steps moved from the run of the same cells already in --out, if
 any: each run probes, plans and measures afresh); per (layout, model) the
 floor of the costing's form (form_floor); a Markdown table on standard error.
 
+After a (layout, model)'s cells the script probes again and plans each
+batch from that probe too: each candidate's `predicted_after_step_s`, each
+group's MAPE from it and how far its predictions moved from the first
+probe's, and the second probe's `compute_moved` (its timed compute against
+the first's). Each probe predicts the cells alone; the two say whether the
+probe and the steps saw the same machine.
+
   .venv/bin/python benchmarks/mesh_check.py --out=results/plan/mesh_check.jsonl
   .venv/bin/python benchmarks/mesh_check.py --layouts=1x2,2x1 --out=results/plan/mesh_check.jsonl
 """
@@ -98,6 +105,45 @@ def _spearman(xs: list[float], ys: list[float]) -> float:
   return 1 - 6 * sum((rx[i] - ry[i]) ** 2 for i in range(n)) / (n * (n * n - 1))
 
 
+def _probe(layout: str, flags: list[str], probe_dir: str, per_device: str, when: str) -> dict:
+  """`--mode=probe` on the layout; what its plans are costed from."""
+  _launch(layout, ['main.py', *flags, f'--workdir={probe_dir}', '--mode=probe',
+                   f'--config.plan.per_worker_batch_sizes={per_device}'])
+  with open(os.path.join(probe_dir, 'probe.json')) as f:
+    probe = json.load(f)
+  return {'when': when,
+          'mesh_collectives': (probe['mesh_collectives'] or {}).get('fits'),
+          'step_fixed_cost': {k: probe['step_fixed_cost'][k]
+                              for k in ('fixed_cost_s', 'per_operand_s')},
+          'compute_points': [{k: q[k] for k in ('per_device_batch', 'compute_s',
+                                                'tree_compute_s', 'flops')}
+                             for q in probe['compute']['points']],
+          'update_s': probe['update']['update_s'], 'probe_elapsed_s': probe['elapsed_s']}
+
+
+def _plan(flags: list[str], plan_dir: str, probe_dir: str, batch: int) -> dict:
+  """The mesh plan of `batch` from the probe in `probe_dir` (a plan again
+  in the same work dir reuses its compiles)."""
+  result = subprocess.run(
+      [sys.executable, 'main.py', *flags, f'--workdir={plan_dir}', '--mode=plan',
+       '--config.plan.parallelism=mesh', f'--config.plan.probe={probe_dir}',
+       f'--config.batch_size={batch}'], cwd=REPO, env=_env(), capture_output=True, text=True)
+  if result.returncode != 0:
+    raise RuntimeError(f'the plan of {plan_dir} failed: {result.stderr[-3000:]}')
+  with open(os.path.join(plan_dir, 'plan.json')) as f:
+    return json.load(f)
+
+
+def compute_moved(before: dict, after: dict) -> float:
+  """How far the probe's timed compute moved from the probe before the
+  cells to the one after them: the mean relative difference over its
+  batches (the gradients as a tree where it timed them)."""
+  time = lambda q: q.get('tree_compute_s') or q['compute_s']
+  first = {q['per_device_batch']: time(q) for q in before['compute_points']}
+  return statistics.mean(abs(time(q) / first[q['per_device_batch']] - 1)
+                         for q in after['compute_points'] if q['per_device_batch'] in first)
+
+
 def check(layout: str, model: str, batches: list[int], steps: int, root: str) -> list[dict]:
   flags = [*COMMON, *MODELS[model]]
   devices = LAYOUTS[layout][0] * LAYOUTS[layout][1]
@@ -108,34 +154,18 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
   per_device = ','.join(str(b) for b in sorted({
       batch // shards for batch in batches
       for shards in range(1, devices + 1) if devices % shards == 0}))
-  _launch(layout, ['main.py', *flags, f'--workdir={probe_dir}', '--mode=probe',
-                   f'--config.plan.per_worker_batch_sizes={per_device}'])
-  with open(os.path.join(probe_dir, 'probe.json')) as f:
-    probe = json.load(f)
-  # What the plans are costed from, kept beside the candidates.
-  rows = [{'kind': 'probe', 'layout': layout, 'model': model,
-           'mesh_collectives': (probe['mesh_collectives'] or {}).get('fits'),
-           'step_fixed_cost': {k: probe['step_fixed_cost'][k]
-                               for k in ('fixed_cost_s', 'per_operand_s')},
-           'compute_points': [{k: q[k] for k in ('per_device_batch', 'compute_s',
-                                                 'tree_compute_s', 'flops')}
-                              for q in probe['compute']['points']],
-           'update_s': probe['update']['update_s'], 'probe_elapsed_s': probe['elapsed_s']}]
+  probe = _probe(layout, flags, probe_dir, per_device, 'before the cells')
+  rows = [{'kind': 'probe', 'layout': layout, 'model': model, **probe}]
   for batch in batches:
     plan_dir = os.path.join(root, f'plan_{layout}_{model}_{batch}')
-    result = subprocess.run(
-        [sys.executable, 'main.py', *flags, f'--workdir={plan_dir}', '--mode=plan',
-         '--config.plan.parallelism=mesh', f'--config.plan.probe={probe_dir}',
-         f'--config.batch_size={batch}'], cwd=REPO, env=_env(), capture_output=True, text=True)
-    if result.returncode != 0:
-      raise RuntimeError(f'the plan of {layout} {model} {batch} failed: {result.stderr[-3000:]}')
-    plan_path = os.path.join(plan_dir, 'plan.json')
+    plan = _plan(flags, plan_dir, probe_dir, batch)
+    plan_path = os.path.join(plan_dir, 'plan_before.json')
+    with open(plan_path, 'w') as f:
+      json.dump(plan, f)
     measured_path = os.path.join(plan_dir, 'measured.json')
     _launch(layout, [os.path.abspath(__file__), '--worker', f'--plan={plan_path}',
                      f'--measured={measured_path}', f'--steps={steps}', *flags,
                      f'--config.batch_size={batch}'])
-    with open(plan_path) as f:
-      plan = json.load(f)
     with open(measured_path) as f:
       measured = json.load(f)
     for row in candidates(plan):
@@ -153,6 +183,19 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
           'planned_peak_bytes': row['peak'], 'trainer_peak_bytes': m['peak_bytes'],
           'live_peak_bytes': m['live_peak_bytes'],
           'derived_from_depths': row['derived_from_depths']})
+  # The same probe again after the cells, and each batch planned from it:
+  # whether the probe and the steps saw the same machine (each probe
+  # predicts the cells alone; neither is fitted to them).
+  after = _probe(layout, flags, probe_dir + '_after', per_device, 'after the cells')
+  rows.insert(1, {'kind': 'probe', 'layout': layout, 'model': model, **after,
+                  'compute_moved': compute_moved(probe, after)})
+  for batch in batches:
+    again = _plan(flags, os.path.join(root, f'plan_{layout}_{model}_{batch}'),
+                  probe_dir + '_after', batch)
+    steps_after = {r['name']: r['step_s'] for r in again['fitting'] + again['not_climbed']}
+    for r in rows:
+      if r['kind'] == 'candidate' and r['global_batch'] == batch:
+        r['predicted_after_step_s'] = steps_after.get(r['configuration'])
   return rows
 
 
@@ -179,7 +222,20 @@ def summary(rows: list[dict]) -> dict:
                             [r['measured_step_s'] for r in rows]),
       'memory_equal': all(r['planned_peak_bytes'] == r['trainer_peak_bytes'] for r in rows),
       'step_spread': statistics.median(statistics.pstdev(r['measured_steps_s'])
-                                       / r['measured_step_s'] for r in rows)}
+                                       / r['measured_step_s'] for r in rows),
+      **from_the_probe_after(rows)}
+
+
+def from_the_probe_after(rows: list[dict]) -> dict:
+  """The MAPE of the predictions from the probe after the cells, and how
+  far they moved from those of the probe before them (the mean relative
+  difference), over the cells both plans costed; None where neither did."""
+  pairs = [(r, r['predicted_after_step_s']) for r in rows if r.get('predicted_after_step_s')]
+  if not pairs:
+    return {'mape_probe_after': None, 'probe_after_moved': None}
+  return {'mape_probe_after': statistics.mean(abs(a / r['measured_step_s'] - 1) for r, a in pairs),
+          'probe_after_moved': statistics.mean(abs(a / r['predicted_step_s'] - 1)
+                                               for r, a in pairs)}
 
 
 def _cell(row: dict) -> tuple:
@@ -287,8 +343,10 @@ def main():
            '|---|---|---|---|---|---|---|']
   for layout in args.layouts.split(','):
     for model in args.models.split(','):
-      probe, *rows = check(layout, model, batches, args.steps, root)
-      results.write(probe)
+      rows = check(layout, model, batches, args.steps, root)
+      for probe in (r for r in rows if r['kind'] == 'probe'):
+        results.write(probe)
+      rows = [r for r in rows if r['kind'] == 'candidate']
       for batch in batches:
         group = [r for r in rows if r['global_batch'] == batch]
         for r in group:

@@ -227,7 +227,8 @@ def mesh_check(records) -> list[Table]:
   header = ['layout', 'model', 'batch', 'candidates', 'MAPE', 'worst', 'chosen',
             'measured fastest', 'chosen over fastest', 'Spearman', 'memory equal',
             'step spread', 'measured moved', 'predicted moved',
-            'measured fastest, predicted rank', 'fastest of the three answered, over it']
+            'measured fastest, predicted rank', 'fastest of the three answered, over it',
+            'MAPE, probe after', 'probe after moved']
   rows = []
   for r in (r for r in records if r['kind'] == 'group'):
     members = [c for c in records if c['kind'] == 'candidate' and
@@ -246,12 +247,19 @@ def mesh_check(records) -> list[Table]:
                  _percent(r.get('repeat_predicted_difference')),
                  _f(by_prediction.index(fastest) + 1, 'd'),
                  f"{timed['configuration']}, "
-                 f"{_percent(timed['measured_step_s'] / fastest['measured_step_s'] - 1)}"])
+                 f"{_percent(timed['measured_step_s'] / fastest['measured_step_s'] - 1)}",
+                 _percent(r.get('mape_probe_after')), _percent(r.get('probe_after_moved'))])
+  # The probe after the cells, where the run took one: its compute against
+  # the first probe's.
+  moved = {(r['layout'], r['model']): r.get('compute_moved') for r in records
+           if r['kind'] == 'probe' and r.get('when') == 'after the cells'}
   floors = [[r['layout'], r['model'], _f(r['cells'], 'd'), _percent(r['mape']),
-             _percent(r['worst_error'])] for r in records if r['kind'] == 'floor']
+             _percent(r['worst_error']), _percent(moved.get((r['layout'], r['model'])))]
+            for r in records if r['kind'] == 'floor']
   # Always at the same place: the tables of a file's runs merge by position,
   # and a run without floors (one before the script wrote them) has none.
-  floor_table = (['layout', 'model', 'cells', 'floor MAPE', 'floor worst'], floors)
+  floor_table = (['layout', 'model', 'cells', 'floor MAPE', 'floor worst',
+                  'probe compute moved'], floors)
   return [(header, rows), floor_table]
 
 

@@ -1,6 +1,6 @@
 """benchmarks/mesh_check.py's summaries: the rank correlation (held against
-scipy's), the spread of a cell's timed steps, and the floor of the
-costing's form."""
+scipy's), the spread of a cell's timed steps, the floor of the costing's
+form, and the probe taken again after the cells."""
 
 import json
 import os
@@ -81,3 +81,23 @@ def test_a_repeat_is_compared_cell_by_cell_with_its_latest_earlier_measurement(t
   assert moved['earlier_run'] == {'date': 'd2', 'commit': 'b'}
   assert mesh_check.earlier_cells(str(tmp_path / 'none.jsonl')) == []
   assert mesh_check.against_earlier(now, [])['repeat_measured_difference'] is None
+
+
+def test_the_probe_after_the_cells_is_held_against_the_cells_and_the_first_probe():
+  rows = [dict(_cell(1, 1, 0, 2.0, chosen=True), predicted_step_s=1.0, predicted_after_step_s=1.5),
+          dict(_cell(1, 1, 0, 4.0, name='d'), predicted_step_s=4.0, predicted_after_step_s=5.0),
+          # Planned at another rung from the second probe: not compared.
+          dict(_cell(1, 1, 0, 8.0, name='e'), predicted_step_s=8.0, predicted_after_step_s=None)]
+  summary = mesh_check.summary(rows)
+  # |1.5/2 - 1| = 0.25 and |5/4 - 1| = 0.25; moved 0.5 and 0.25.
+  assert summary['mape_probe_after'] == pytest.approx(0.25)
+  assert summary['probe_after_moved'] == pytest.approx(0.375)
+  assert mesh_check.from_the_probe_after(rows[2:]) == {'mape_probe_after': None,
+                                                      'probe_after_moved': None}
+  before = {'compute_points': [{'per_device_batch': 4, 'compute_s': 1.0, 'tree_compute_s': 2.0},
+                               {'per_device_batch': 8, 'compute_s': 1.0, 'tree_compute_s': 4.0}]}
+  after = {'compute_points': [{'per_device_batch': 4, 'compute_s': 9.0, 'tree_compute_s': 3.0},
+                              {'per_device_batch': 8, 'compute_s': 9.0, 'tree_compute_s': 4.0},
+                              {'per_device_batch': 16, 'compute_s': 9.0, 'tree_compute_s': 9.0}]}
+  # The gradients as a tree: 2 -> 3 s and 4 -> 4 s; 16 was not probed before.
+  assert mesh_check.compute_moved(before, after) == pytest.approx(0.25)
