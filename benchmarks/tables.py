@@ -221,14 +221,20 @@ def probe_check(records) -> list[Table]:
 
 def mesh_check(records) -> list[Table]:
   """Per (layout, model, batch): the summary, with the fastest of the three
-  configurations the plan answers (what plan.time_steps would settle on);
-  per (layout, model) the floor of the costing's form, where the run has
-  it (every cell's figures are in the data)."""
+  configurations the plan answers (what plan.time_steps would settle on),
+  and, where the run has them, its (layout, model)'s floor of the
+  costing's form and how far the probe after the cells moved its timed
+  compute (every cell's figures are in the data). One table: the tables
+  of a file's runs merge by position."""
   header = ['layout', 'model', 'batch', 'candidates', 'MAPE', 'worst', 'chosen',
             'measured fastest', 'chosen over fastest', 'Spearman', 'memory equal',
             'step spread', 'measured moved', 'predicted moved',
             'measured fastest, predicted rank', 'fastest of the three answered, over it',
-            'MAPE, probe after', 'probe after moved']
+            'MAPE, probe after', 'probe after moved', 'floor MAPE', 'floor worst',
+            'probe compute moved']
+  floors = {(r['layout'], r['model']): r for r in records if r['kind'] == 'floor'}
+  moved = {(r['layout'], r['model']): r.get('compute_moved') for r in records
+           if r['kind'] == 'probe' and r.get('when') == 'after the cells'}
   rows = []
   for r in (r for r in records if r['kind'] == 'group'):
     members = [c for c in records if c['kind'] == 'candidate' and
@@ -239,6 +245,7 @@ def mesh_check(records) -> list[Table]:
     by_prediction = sorted(members, key=lambda c: c['predicted_step_s'])
     fastest = min(members, key=lambda c: c['measured_step_s'])
     timed = min(by_prediction[:3], key=lambda c: c['measured_step_s'])
+    floor = floors.get((r['layout'], r['model']), {})
     rows.append([r['layout'], r['model'], _f(r['global_batch'], 'd'), _f(r['candidates'], 'd'),
                  _percent(r['mape']), _percent(r['worst_error']), r['chosen'],
                  r['measured_fastest'], _percent(r['chosen_over_fastest']),
@@ -248,19 +255,10 @@ def mesh_check(records) -> list[Table]:
                  _f(by_prediction.index(fastest) + 1, 'd'),
                  f"{timed['configuration']}, "
                  f"{_percent(timed['measured_step_s'] / fastest['measured_step_s'] - 1)}",
-                 _percent(r.get('mape_probe_after')), _percent(r.get('probe_after_moved'))])
-  # The probe after the cells, where the run took one: its compute against
-  # the first probe's.
-  moved = {(r['layout'], r['model']): r.get('compute_moved') for r in records
-           if r['kind'] == 'probe' and r.get('when') == 'after the cells'}
-  floors = [[r['layout'], r['model'], _f(r['cells'], 'd'), _percent(r['mape']),
-             _percent(r['worst_error']), _percent(moved.get((r['layout'], r['model'])))]
-            for r in records if r['kind'] == 'floor']
-  # Always at the same place: the tables of a file's runs merge by position,
-  # and a run without floors (one before the script wrote them) has none.
-  floor_table = (['layout', 'model', 'cells', 'floor MAPE', 'floor worst',
-                  'probe compute moved'], floors)
-  return [(header, rows), floor_table]
+                 _percent(r.get('mape_probe_after')), _percent(r.get('probe_after_moved')),
+                 _percent(floor.get('mape')), _percent(floor.get('worst_error')),
+                 _percent(moved.get((r['layout'], r['model'])))])
+  return [(header, rows)]
 
 
 def large_vit_plans(records) -> list[Table]:
