@@ -229,7 +229,7 @@ def summary(rows: list[dict]) -> dict:
 def from_the_probe_after(rows: list[dict]) -> dict:
   """The MAPE of the predictions from the probe after the cells, and how
   far they moved from those of the probe before them (the mean relative
-  difference), over the cells both plans costed; None where neither did."""
+  difference), over the cells both plans costed; None where there are none."""
   pairs = [(r, r['predicted_after_step_s']) for r in rows if r.get('predicted_after_step_s')]
   if not pairs:
     return {'mape_probe_after': None, 'probe_after_moved': None}
