@@ -137,11 +137,14 @@ def _plan(flags: list[str], plan_dir: str, probe_dir: str, batch: int) -> dict:
 def compute_moved(before: dict, after: dict) -> float:
   """How far the probe's timed compute moved from the probe before the
   cells to the one after them: the mean relative difference over its
-  batches (the gradients as a tree where it timed them)."""
-  time = lambda q: q.get('tree_compute_s') or q['compute_s']
-  first = {q['per_device_batch']: time(q) for q in before['compute_points']}
-  return statistics.mean(abs(time(q) / first[q['per_device_batch']] - 1)
-                         for q in after['compute_points'] if q['per_device_batch'] in first)
+  batches, each timed as the plan reads it (planner/mesh_from_probe.py's
+  compute_rates: the gradients as a tree where the probe timed them; the
+  same FLOPs at a batch, so the rates move as the times)."""
+  from planner import mesh_from_probe  # pylint: disable=g-import-not-at-top
+  first = dict(mesh_from_probe.compute_rates(before['compute_points']))
+  return statistics.mean(abs(rate / first[b] - 1)
+                         for b, rate in mesh_from_probe.compute_rates(after['compute_points'])
+                         if b in first)
 
 
 def check(layout: str, model: str, batches: list[int], steps: int, root: str) -> list[dict]:
@@ -159,9 +162,7 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
   for batch in batches:
     plan_dir = os.path.join(root, f'plan_{layout}_{model}_{batch}')
     plan = _plan(flags, plan_dir, probe_dir, batch)
-    plan_path = os.path.join(plan_dir, 'plan_before.json')
-    with open(plan_path, 'w') as f:
-      json.dump(plan, f)
+    plan_path = os.path.join(plan_dir, 'plan.json')  # planned again from the second probe below
     measured_path = os.path.join(plan_dir, 'measured.json')
     _launch(layout, [os.path.abspath(__file__), '--worker', f'--plan={plan_path}',
                      f'--measured={measured_path}', f'--steps={steps}', *flags,

@@ -94,10 +94,9 @@ def test_the_probe_after_the_cells_is_held_against_the_cells_and_the_first_probe
   assert summary['probe_after_moved'] == pytest.approx(0.375)
   assert mesh_check.from_the_probe_after(rows[2:]) == {'mape_probe_after': None,
                                                       'probe_after_moved': None}
-  before = {'compute_points': [{'per_device_batch': 4, 'compute_s': 1.0, 'tree_compute_s': 2.0},
-                               {'per_device_batch': 8, 'compute_s': 1.0, 'tree_compute_s': 4.0}]}
-  after = {'compute_points': [{'per_device_batch': 4, 'compute_s': 9.0, 'tree_compute_s': 3.0},
-                              {'per_device_batch': 8, 'compute_s': 9.0, 'tree_compute_s': 4.0},
-                              {'per_device_batch': 16, 'compute_s': 9.0, 'tree_compute_s': 9.0}]}
+  point = lambda b, wire, tree: {'per_device_batch': b, 'compute_s': wire,
+                                  'tree_compute_s': tree, 'flops': 1e9 * b}
+  before = {'compute_points': [point(4, 1.0, 2.0), point(8, 1.0, 4.0)]}
+  after = {'compute_points': [point(4, 9.0, 3.0), point(8, 9.0, 4.0), point(16, 9.0, 9.0)]}
   # The gradients as a tree: 2 -> 3 s and 4 -> 4 s; 16 was not probed before.
   assert mesh_check.compute_moved(before, after) == pytest.approx(0.25)
