@@ -67,7 +67,7 @@ GIB = 2**30
 # The plan answers the fastest entry and the next two, exactly (mesh_search).
 _ANSWERED = 3
 # What a compile's terms hold; a cached compile of other terms is made again.
-_TERMS_VERSION = 3
+_TERMS_VERSION = 4
 # opt_state: one device's share of the optimiser's state; opt_state_full:
 # the whole model's, whose ratio is the share of the update a device computes.
 _SUMMED = ('peak', 'params', 'opt_state', 'opt_state_full', 'temporaries', 'flops',

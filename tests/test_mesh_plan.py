@@ -38,6 +38,54 @@ def test_explicit_groups_and_permute_pairs_are_read_as_written():
   assert hlo_collectives.replica_groups('replica_groups={}, to_apply') is None
 
 
+@pytest.mark.parametrize('line, want', [
+    # ids arange(8).reshape(4,2).T, laid out 2 x 4; groups along the first axis
+    ("replica_groups=mesh['axis_0'=2,'axis_1'=4], device_ids=([4,2]T(1,0)) {'axis_0'}, dims",
+     [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    ("replica_groups=mesh['axis_0'=4,'axis_1'=2], device_ids=([2,4]T(1,0)) {'axis_0'}, dims",
+     [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    ("replica_groups=mesh['axis_0'=8,'axis_1'=1] {'axis_0'}, dims", [list(range(8))]),
+    # id of (a, b, c) = 4c + 2b + a; groups along b
+    ("replica_groups=mesh['axis_0'=1,'axis_1'=1,'axis_2'=2,'axis_3'=2,'axis_4'=2], "
+     "device_ids=([2,2,2]T(2,1,0)) {'axis_3'}, x", [[0, 2], [4, 6], [1, 3], [5, 7]]),
+    # a sub-axis: x = 4a + 2b + c, the factor b of 2 after a's 2
+    ("replica_groups=mesh['x'=8] {'x':(2)2}, y", [[0, 2], [1, 3], [4, 6], [5, 7]]),
+    ("replica_groups=mesh['x'=2,'y'=4] {'x','y'}, y", [list(range(8))]),
+    ("replica_groups=mesh['x'=2,'y'=2], device_ids=(0,2,1,3) {'y'}, y", [[0, 2], [1, 3]]),
+])
+def test_mesh_form_groups_are_the_devices_along_their_axes(line, want):
+  assert hlo_collectives.replica_groups(line) == want
+
+
+def _axis_groups(mesh, axis: str) -> list[set]:
+  """The device-id groups along one axis of a jax mesh (numpy's layout of
+  jax's own device array, not the HLO reader's)."""
+  ids = np.vectorize(lambda d: d.id)(mesh.devices)
+  i = mesh.axis_names.index(axis)
+  return [set(g) for g in np.moveaxis(ids, i, -1).reshape(-1, ids.shape[i]).tolist()]
+
+
+def test_a_compiled_steps_groups_are_its_meshs_axes():
+  # FSDP shards the parameters over fsdp alone, so their gathers span the
+  # fsdp pairs; under data=2 x tensor=4 the gradients, replicated over
+  # data, are reduced over the data pairs. Read as one group of every
+  # device, both would be costed as crossing every host.
+  from trainer import mesh as trainer_mesh
+  config = _tiny_vit(1)
+  config.sharding_rules = (('batch', 'data,fsdp'), ('embed', 'fsdp'), ('mlp', 'tensor'),
+                           ('heads', 'tensor'))
+  for candidate, axis, pick in (
+      (mc.Candidate(4, 2, 1), 'fsdp', lambda ops: [o for o in ops if o['op'] == 'all-gather']),
+      (mc.Candidate(2, 1, 4), 'data',
+       lambda ops: [max((o for o in ops if o['op'] == 'all-reduce'), key=lambda o: o['bytes'])])):
+    config.update_from_flattened_dict(candidate.config_values())
+    mesh = trainer_mesh.create_mesh(config.mesh)
+    raw = mesh_plan.compile_candidate(config, candidate, 10, dtype='float32')
+    picked = pick(raw['collectives'])
+    along = [o for o in picked if set(o['group']) in _axis_groups(mesh, axis)]
+    assert len(along) > len(picked) / 2, (candidate.name(), [o['group'] for o in picked])
+
+
 _LINKS = mesh_cost.Links(devices_per_host=4, intra_bytes_per_s=100e9, intra_latency_s=1e-6,
                          nic_bytes_per_s=10e9, nic_latency_s=10e-6)
 

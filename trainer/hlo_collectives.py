@@ -44,12 +44,72 @@ def _int_lists(text: str) -> list[list[int]]:
   return [[int(x) for x in g.split(',') if x] for g in re.findall(r'\{([0-9,]*)\}', text)]
 
 
+# XLA's mesh form, in which jax 0.10's compiled SPMD programs print most
+# collectives:
+#   replica_groups=mesh['axis_0'=2,'axis_1'=4], device_ids=([4,2]T(1,0)) {'axis_0'}
+# the mesh's axes and sizes; its devices (an arange reshaped and transposed,
+# or listed; in order when absent); the axes each group spans, a sub-axis
+# 'a':(p)k being the factor of k of axis a after its leading factor of p.
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\](?:, device_ids=\((.*?)\))? \{([^}]*)\}")
+_MESH_AXIS = re.compile(r"'([^']+)'=([0-9]+)")
+_GROUP_AXIS = re.compile(r"'([^']+)'(?::\(([0-9]+)\)([0-9]+))?")
+_IOTA_IDS = re.compile(r'\[([0-9,]+)\](?:T\(([0-9,]+)\))?')
+
+
+def _numbers(text: str) -> list[int]:
+  return [int(x) for x in re.findall(r'[0-9]+', text)]
+
+
+def _mesh_device_ids(text: str | None, dims: list[int]) -> np.ndarray:
+  """The mesh's device ids laid out in its axes."""
+  count = math.prod(dims)
+  iota = _IOTA_IDS.fullmatch(text) if text else None
+  if not text:
+    ids = np.arange(count)
+  elif iota:
+    ids = np.arange(count).reshape(_numbers(iota[1]))
+    ids = ids.transpose(_numbers(iota[2])) if iota[2] else ids
+  else:
+    ids = np.array(_numbers(text))
+  if ids.size != count:
+    raise ValueError(f'device_ids=({text}) does not fill a mesh of {dims}')
+  return ids.reshape(dims)
+
+
+def _mesh_groups(match: re.Match) -> list[list[int]]:
+  """The device groups of a collective in the mesh form: the devices that
+  differ only along the group's axes (or sub-axes)."""
+  axes = [(name, int(size)) for name, size in _MESH_AXIS.findall(match[1])]
+  ids = _mesh_device_ids(match[2], [size for _, size in axes])
+  spanned = [(name, int(pre) if pre else None, int(size) if size else None)
+             for name, pre, size in _GROUP_AXIS.findall(match[3])]
+  # Each axis split at its sub-axes' bounds, major factor first (a row-major
+  # reshape), so that each spanned (sub-)axis is a run of factors.
+  factors, grouped = [], []
+  for name, size in axes:
+    bounds = {1, size} | {b for n, pre, k in spanned if n == name and pre
+                          for b in (pre, pre * k)}
+    bounds = sorted(bounds)
+    first = len(factors)
+    factors += [hi // lo for lo, hi in zip(bounds, bounds[1:])]
+    for n, pre, k in spanned:
+      if n == name:
+        grouped += [first + i for i, lo in enumerate(bounds[:-1])
+                    if pre is None or pre <= lo < pre * k]
+  rest = [i for i in range(len(factors)) if i not in grouped]
+  size = math.prod(factors[i] for i in grouped)
+  return ids.reshape(factors).transpose(rest + grouped).reshape(-1, size).tolist()
+
+
 def replica_groups(line: str) -> list[list[int]] | None:
   """The device groups of one collective's HLO line: the explicit form
   ({{0,2},{1,3}}), the iota form ([G,S]<=[dims]T(perm): arange(prod(dims))
   reshaped to dims, transposed by perm, read as G groups of S), or a
   permute's source-target pairs; None when the line names none (one group of
-  every device)."""
+  every device). Also XLA's mesh form (_MESH_GROUPS)."""
+  mesh = _MESH_GROUPS.search(line)
+  if mesh:
+    return _mesh_groups(mesh)
   iota = _IOTA_GROUPS.search(line)
   if iota:
     numbers = lambda text: [int(x) for x in text.split(',')]
