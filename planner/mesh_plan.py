@@ -72,6 +72,7 @@ _TERMS_VERSION = 4
 # the whole model's, whose ratio is the share of the update a device computes.
 _SUMMED = ('peak', 'params', 'opt_state', 'opt_state_full', 'temporaries', 'flops',
            'bytes_accessed')
+_NO_COLLECTIVE = {'count': 0, 'operands': 0, 'bytes': 0, 'seconds': 0.0}
 
 
 def tensor_split_sizes(config) -> list[int]:
@@ -128,19 +129,23 @@ def compile_candidate(config, candidate: mc.Candidate, num_classes: int, *,
 
 def costed(compiled: dict, plan_links: mesh_cost.Links) -> dict:
   """A compile's terms with its collectives costed on the links, summed by
-  op and level (pure)."""
-  comm = {}
+  op and level (`collectives`) and by op, level and group size
+  (`collectives_by_group`, which says which groups a cost comes from)
+  (pure)."""
+  comm, by_group = {}, {}
   for op in compiled['collectives']:
     cost_op = mesh_cost.collective_s(op['op'], op['bytes'], [op['group']], plan_links,
                                      op['operands'])
     key = f'{op["op"]} {cost_op["level"]}'
-    entry = comm.setdefault(key, {'count': 0, 'operands': 0, 'bytes': 0, 'seconds': 0.0})
-    # A collective in gradient accumulation's loop runs once a micro-batch.
-    entry['count'] += op['runs']
-    entry['operands'] += op['runs'] * op['operands']
-    entry['bytes'] += op['runs'] * op['bytes']
-    entry['seconds'] += op['runs'] * cost_op['seconds']
-  return {**{k: compiled[k] for k in _SUMMED}, 'collectives': comm}
+    for summed, name in ((comm, key), (by_group, f'{key}, groups of {cost_op["group_size"]}')):
+      entry = summed.setdefault(name, dict(_NO_COLLECTIVE))
+      # A collective in gradient accumulation's loop runs once a micro-batch.
+      entry['count'] += op['runs']
+      entry['operands'] += op['runs'] * op['operands']
+      entry['bytes'] += op['runs'] * op['bytes']
+      entry['seconds'] += op['runs'] * cost_op['seconds']
+  return {**{k: compiled[k] for k in _SUMMED}, 'collectives': comm,
+          'collectives_by_group': by_group}
 
 
 class CompileCache:
@@ -190,12 +195,11 @@ def derive(small: dict, larger: dict, small_depth: int, larger_depth: int,
   extrapolated linearly to `depth` (pure)."""
   at = lambda a, b: mesh_cost.extrapolate(a, b, small_depth, larger_depth, depth)
   out = {k: at(small[k], larger[k]) for k in _SUMMED}
-  comm = {}
-  for key in sorted(set(small['collectives']) | set(larger['collectives'])):
-    zero = {'count': 0, 'operands': 0, 'bytes': 0, 'seconds': 0.0}
-    a, b = small['collectives'].get(key, zero), larger['collectives'].get(key, zero)
-    comm[key] = {k: at(a[k], b[k]) for k in zero}
-  out['collectives'] = comm
+  for summed in ('collectives', 'collectives_by_group'):
+    out[summed] = {}
+    for key in sorted(set(small[summed]) | set(larger[summed])):
+      a, b = (c[summed].get(key, _NO_COLLECTIVE) for c in (small, larger))
+      out[summed][key] = {k: at(a[k], b[k]) for k in _NO_COLLECTIVE}
   return out
 
 

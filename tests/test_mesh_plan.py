@@ -57,6 +57,27 @@ def test_mesh_form_groups_are_the_devices_along_their_axes(line, want):
   assert hlo_collectives.replica_groups(line) == want
 
 
+def test_costed_sums_collectives_by_level_and_by_group_size():
+  # Hosts of 4: a pair inside a host, a pair across hosts (twice, once in a
+  # loop of 3), all 8; each costed on _LINKS by hand below.
+  compiled = {**{k: 1.0 for k in mesh_plan._SUMMED}, 'collectives': [
+      {'op': 'all-reduce', 'bytes': 1e6, 'operands': 2, 'group': [0, 1], 'runs': 1},
+      {'op': 'all-reduce', 'bytes': 1e6, 'operands': 1, 'group': [0, 4], 'runs': 3},
+      {'op': 'all-reduce', 'bytes': 1e6, 'operands': 1, 'group': list(range(8)), 'runs': 1}]}
+  terms = mesh_plan.costed(compiled, _LINKS)
+  pair_inside = 2 * 1e-6 + 1e6 / 100e9            # 2 steps; sends 2 x 1/2 MB at 100 GB/s
+  pair_across = 2 * 10e-6 + 4 * 1e6 / 10e9        # 4 rings leave a host: 4 x 1 MB at 10 GB/s
+  all_eight = 14 * 10e-6 + 1.75e6 / 10e9          # 1 ring, 2 x 7/8 MB
+  by_group = terms['collectives_by_group']
+  assert by_group['all-reduce inside a host, groups of 2']['seconds'] == pytest.approx(pair_inside)
+  assert by_group['all-reduce across hosts, groups of 2']['seconds'] == pytest.approx(3 * pair_across)
+  assert by_group['all-reduce across hosts, groups of 2']['count'] == 3
+  assert by_group['all-reduce across hosts, groups of 8']['seconds'] == pytest.approx(all_eight)
+  across = terms['collectives']['all-reduce across hosts']
+  assert across['seconds'] == pytest.approx(3 * pair_across + all_eight)
+  assert across['count'] == 4 and across['operands'] == 4
+
+
 def _axis_groups(mesh, axis: str) -> list[set]:
   """The device-id groups along one axis of a jax mesh (numpy's layout of
   jax's own device array, not the HLO reader's)."""
@@ -156,6 +177,8 @@ def test_terms_derived_from_one_and_two_blocks_match_a_compile_of_four(candidate
   assert derived['bytes_accessed'] == pytest.approx(full['bytes_accessed'], rel=0.05)
   seconds = lambda t: sum(c['seconds'] for c in t['collectives'].values())
   assert seconds(derived) == pytest.approx(seconds(full), rel=0.05)
+  by_group = sum(c['seconds'] for c in derived['collectives_by_group'].values())
+  assert by_group == pytest.approx(seconds(derived))
 
 
 _PLAN = ['--mode=plan', '--config=configs/quickstart.py', '--config.model.name=vit_ti16',
