@@ -181,7 +181,7 @@ def check(layout: str, model: str, batches: list[int], steps: int, root: str) ->
           'predicted_communication_s': row['communication_s'],
           'flops': row['flops'], 'bytes_accessed': row['bytes_accessed'],
           'collectives': row['collectives'],
-          'collectives_by_group': row.get('collectives_by_group'),
+          'collectives_by_group': row['collectives_by_group'],
           'planned_peak_bytes': row['peak'], 'trainer_peak_bytes': m['peak_bytes'],
           'live_peak_bytes': m['live_peak_bytes'],
           'derived_from_depths': row['derived_from_depths']})

@@ -18,6 +18,7 @@ from planner import mesh_cost
 from planner import mesh_from_probe
 from planner import mesh_plan
 from trainer import hlo_collectives
+from trainer import mesh as trainer_mesh
 from tests.helpers import run_main
 from tests.helpers import xla_flags
 
@@ -91,10 +92,7 @@ def test_a_compiled_steps_groups_are_its_meshs_axes():
   # fsdp pairs; under data=2 x tensor=4 the gradients, replicated over
   # data, are reduced over the data pairs. Read as one group of every
   # device, both would be costed as crossing every host.
-  from trainer import mesh as trainer_mesh
-  config = _tiny_vit(1)
-  config.sharding_rules = (('batch', 'data,fsdp'), ('embed', 'fsdp'), ('mlp', 'tensor'),
-                           ('heads', 'tensor'))
+  config = _tiny_vit(1)  # the default rules: FSDP_TENSOR
   for candidate, axis, pick in (
       (mc.Candidate(4, 2, 1), 'fsdp', lambda ops: [o for o in ops if o['op'] == 'all-gather']),
       (mc.Candidate(2, 1, 4), 'data',

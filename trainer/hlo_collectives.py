@@ -60,15 +60,19 @@ def _numbers(text: str) -> list[int]:
   return [int(x) for x in re.findall(r'[0-9]+', text)]
 
 
+def _iota(dims: list[int], perm: str | None) -> np.ndarray:
+  """arange(prod(dims)) reshaped to dims, transposed by perm ("1,0") if given."""
+  ids = np.arange(math.prod(dims)).reshape(dims)
+  return ids.transpose(_numbers(perm)) if perm else ids
+
+
 def _mesh_device_ids(text: str | None, dims: list[int]) -> np.ndarray:
   """The mesh's device ids laid out in its axes."""
   count = math.prod(dims)
-  iota = _IOTA_IDS.fullmatch(text) if text else None
   if not text:
     ids = np.arange(count)
-  elif iota:
-    ids = np.arange(count).reshape(_numbers(iota[1]))
-    ids = ids.transpose(_numbers(iota[2])) if iota[2] else ids
+  elif iota := _IOTA_IDS.fullmatch(text):
+    ids = _iota(_numbers(iota[1]), iota[2])
   else:
     ids = np.array(_numbers(text))
   if ids.size != count:
@@ -112,12 +116,7 @@ def replica_groups(line: str) -> list[list[int]] | None:
     return _mesh_groups(mesh)
   iota = _IOTA_GROUPS.search(line)
   if iota:
-    numbers = lambda text: [int(x) for x in text.split(',')]
-    dims = numbers(iota[2])
-    ids = np.arange(math.prod(dims)).reshape(dims)
-    if iota[3]:
-      ids = ids.transpose(numbers(iota[3]))
-    return ids.reshape(-1, numbers(iota[1])[-1]).tolist()
+    return _iota(_numbers(iota[2]), iota[3]).reshape(-1, _numbers(iota[1])[-1]).tolist()
   explicit = _EXPLICIT_GROUPS.search(line)
   if explicit:
     return _int_lists(explicit[1] or '') or None
