@@ -36,7 +36,11 @@ from trainer import hlo_collectives
 OPS = ('all-reduce', 'all-gather', 'all-to-all', 'collective-permute')
 SMALL_BYTES = 4096
 LARGE_BYTES = 1 << 20
-TUPLE_OPERANDS = 4
+# The cost per array is the difference of two times over the tuple's extra
+# arrays: on a machine whose collectives now and then wait a scheduler tick,
+# one tick more or less in a tuple of 4 moves it by a third of a tick; 32
+# arrays (a step's gradients combine into tuples of tens) average it out.
+TUPLE_OPERANDS = 32
 _AXES = ('outer', 'group', 'inner')
 
 
