@@ -22,8 +22,9 @@ the fabric and the NIC, plus the steps' latency.
 
 Where a probe timed the collective itself on a group of the same size and
 level (probe/mesh_collectives.py: Links.measured), that replaces the ring:
-latency_s + its bytes x seconds_per_byte + each array beyond those of the
-timed collective (hlo_operands) at per_operand_s.
+latency_s + its bytes x seconds_per_byte + what its arrays beyond those of
+the timed collective (hlo_operands) added to the timed tuples
+(further_arrays_s).
 
 The mesh's devices lie on the hosts in order, G to a host
 (plan.devices_per_host): the tensor axis, innermost, stays inside a host
@@ -52,8 +53,8 @@ class Links:
   # moves a tuple's arrays one by one pays it; from a probe's steps).
   intra_array_s: float = 0.0
   nic_array_s: float = 0.0
-  # {'<op> <level> <n>': {latency_s, seconds_per_byte, per_operand_s,
-  # hlo_operands}}: collectives a probe timed in a program
+  # {'<op> <level> <n>': {latency_s, seconds_per_byte, extra_arrays_s,
+  # per_operand_s, hlo_operands}}: collectives a probe timed in a program
   # (probe/mesh_collectives.py).
   measured: dict = dataclasses.field(default_factory=dict)
 
@@ -77,7 +78,7 @@ def collective_s(op: str, nbytes: float, groups: list[list[int]], links: Links,
   timed = links.measured.get(f'{op} {level} {n}')
   if timed:
     return {'seconds': timed['latency_s'] + nbytes * timed['seconds_per_byte']
-                       + max(0, operands - timed['hlo_operands']) * timed['per_operand_s'],
+                       + further_arrays_s(timed, operands - timed['hlo_operands']),
             'level': level, 'group_size': n}
   sent = sent_bytes(op, nbytes, n)
   steps = _RING_STEPS[op](n)
@@ -92,6 +93,23 @@ def collective_s(op: str, nbytes: float, groups: list[list[int]], links: Links,
   step_latency = links.nic_latency_s + operands * links.nic_array_s
   return {'seconds': steps * step_latency + max(fabric_s, nic_s),
           'level': 'across hosts', 'group_size': n}
+
+
+def further_arrays_s(timed: dict, arrays: int) -> float:
+  """What `arrays` arrays beyond the timed collective's add to it: the line
+  through (0, 0) and the probe's tuples (extra_arrays_s: [[arrays,
+  seconds]]), beyond the longest at its last segment's slope; a probe
+  without tuples' points (older ones), per_operand_s each."""
+  if arrays <= 0:
+    return 0.0
+  curve = [(0, 0.0)] + [tuple(p) for p in timed.get('extra_arrays_s') or []]
+  if len(curve) == 1:
+    return arrays * timed['per_operand_s']
+  for (a0, s0), (a1, s1) in zip(curve, curve[1:]):
+    if arrays <= a1:
+      return s0 + (s1 - s0) * (arrays - a0) / (a1 - a0)
+  (a0, s0), (a1, s1) = curve[-2], curve[-1]
+  return s1 + (arrays - a1) * (s1 - s0) / (a1 - a0)
 
 
 def device_groups_all(num_devices: int) -> list[list[int]]:

@@ -13,17 +13,21 @@ shape of the smallest stride that has it:
   one's output), timed as whole calls, every group of the mesh at once, as
   in a train step;
 - at two result sizes per device (SMALL_BYTES, LARGE_BYTES) with one array,
-  and, for the all-reduce, at SMALL_BYTES with TUPLE_OPERANDS arrays
-  reduced in one collective (a tuple, as XLA combines a step's gradients);
+  and, for the all-reduce, at SMALL_BYTES with each of TUPLE_OPERANDS
+  arrays reduced in one collective (a tuple, as XLA combines a step's
+  gradients);
 - fitted as t = latency_s + bytes x seconds_per_byte (two sizes: exact),
-  and each further array of one collective at per_operand_s (the
-  all-reduce's: what the library pays per array, whatever the op).
+  and what the further arrays of one collective add, at each tuple timed
+  (extra_arrays_s: [[further arrays, seconds]], the all-reduce's: what the
+  library pays per array, whatever the op; per_operand_s is the largest
+  tuple's average).
 
 Bytes are what each device holds at the end, as trainer/hlo_collectives.py
 counts a compiled step's collectives, and arrays are what the HLO holds (an
 all-to-all of one array may be a tuple of its n chunks: hlo_operands), so a
 step's collective is costed at latency_s + its bytes x seconds_per_byte +
-(its arrays - hlo_operands) x per_operand_s.
+what its arrays beyond hlo_operands add, read off extra_arrays_s
+(planner/mesh_cost.py: further_arrays_s).
 """
 
 import jax
@@ -36,11 +40,14 @@ from trainer import hlo_collectives
 OPS = ('all-reduce', 'all-gather', 'all-to-all', 'collective-permute')
 SMALL_BYTES = 4096
 LARGE_BYTES = 1 << 20
-# The cost per array is the difference of two times over the tuple's extra
-# arrays: on a machine whose collectives now and then wait a scheduler tick,
-# one tick more or less in a tuple of 4 moves it by a third of a tick; 32
-# arrays (a step's gradients combine into tuples of tens) average it out.
-TUPLE_OPERANDS = 32
+# A step's collectives hold from a few arrays (a layer's) to tens (the
+# gradients combined), and what an array adds need not be the same in both:
+# on a machine whose collectives wait a scheduler tick now and then, each
+# array of a short tuple may wait one while a long tuple's share waits.
+# Each is timed, and a step's tuple is costed between them; the long one
+# also averages out a tick more or less (in a tuple of 4 it moves the cost
+# per array by a third of a tick).
+TUPLE_OPERANDS = (4, 32)
 _AXES = ('outer', 'group', 'inner')
 
 
@@ -136,7 +143,7 @@ def points(shape: dict) -> list[tuple[str, int, int]]:
   for op in OPS:
     out += [(op, SMALL_BYTES, 1), (op, LARGE_BYTES, 1)]
     if op == 'all-reduce':
-      out.append((op, SMALL_BYTES, TUPLE_OPERANDS))
+      out += [(op, SMALL_BYTES, m) for m in TUPLE_OPERANDS]
   return out
 
 
@@ -171,12 +178,13 @@ def record(by_process: list[list[dict]], ops_per_call: int) -> dict:
 
 
 def fit(timed: list[dict]) -> dict:
-  """{'<op> <level> <n>': {latency_s, seconds_per_byte, per_operand_s,
-  hlo_operands}} from the timed points ({op, group_size, level,
-  message_bytes, operands, hlo_operands, time_s}): per (op, level, n) the
-  line through its two one-array sizes (a slope below zero, the timers'
-  noise, is 0) and the arrays its HLO held there; every op's further arrays
-  at the all-reduce's cost per array on that group (never below 0)."""
+  """{'<op> <level> <n>': {latency_s, seconds_per_byte, extra_arrays_s,
+  per_operand_s, hlo_operands}} from the timed points ({op, group_size,
+  level, message_bytes, operands, hlo_operands, time_s}): per (op, level,
+  n) the line through its two one-array sizes (a slope below zero, the
+  timers' noise, is 0) and the arrays its HLO held there; every op's
+  further arrays at what they added to the all-reduce on that group, per
+  tuple timed (never below 0, nor below a shorter tuple's)."""
   groups = {}
   for q in timed:
     groups.setdefault((q['op'], q['level'], q['group_size']), []).append(q)
@@ -188,21 +196,26 @@ def fit(timed: list[dict]) -> dict:
                 / (large['message_bytes'] - small['message_bytes']))
     latency = max(0.0, small['time_s'] - slope * small['message_bytes'])
     table[key(op, level, n)] = {'latency_s': latency, 'seconds_per_byte': slope,
-                                'per_operand_s': 0.0, 'hlo_operands': small['hlo_operands']}
+                                'extra_arrays_s': [], 'per_operand_s': 0.0,
+                                'hlo_operands': small['hlo_operands']}
   for (op, level, n), qs in groups.items():
-    tuples = [q for q in qs if q['operands'] > 1]
+    tuples = sorted((q for q in qs if q['operands'] > 1), key=lambda q: q['operands'])
     if op != 'all-reduce' or not tuples:
       continue
-    q = tuples[0]
-    one = next(p for p in qs if p['operands'] == 1 and p['message_bytes'] == q['message_bytes'])
-    # The tuple's arrays each hold message_bytes: the bytes term grows too.
     entry = table[key(op, level, n)]
-    extra_bytes = (q['operands'] - 1) * q['message_bytes'] * entry['seconds_per_byte']
-    arrays = q['hlo_operands'] - one['hlo_operands']
-    per_operand = max(0.0, (q['time_s'] - one['time_s'] - extra_bytes) / arrays)
+    curve, floor = [], 0.0
+    for q in tuples:
+      one = next(p for p in qs
+                 if p['operands'] == 1 and p['message_bytes'] == q['message_bytes'])
+      # The tuple's arrays each hold message_bytes: the bytes term grows too.
+      extra_bytes = (q['operands'] - 1) * q['message_bytes'] * entry['seconds_per_byte']
+      floor = max(floor, q['time_s'] - one['time_s'] - extra_bytes)
+      curve.append([q['hlo_operands'] - one['hlo_operands'], floor])
+    arrays, seconds = curve[-1]
     for other in OPS:
       if key(other, level, n) in table:
-        table[key(other, level, n)]['per_operand_s'] = per_operand
+        table[key(other, level, n)].update(extra_arrays_s=[list(p) for p in curve],
+                                           per_operand_s=seconds / arrays)
   return table
 
 

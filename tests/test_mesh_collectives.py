@@ -62,23 +62,51 @@ def test_a_group_of_three_splits_each_result_into_whole_shares(op):
   jax.block_until_ready(program(*inputs))
 
 
-def test_the_fit_is_the_line_through_two_sizes_and_the_tuples_extra_per_array():
-  # Made from latency 1 ms, 1 ns a byte and 0.5 ms a further array.
-  t = lambda b, m: 1e-3 + m * b * 1e-9 + (m - 1) * 5e-4
+def test_the_fit_is_the_line_through_two_sizes_and_what_each_tuples_arrays_add():
+  # Made from latency 1 ms and 1 ns a byte; the 3 further arrays of a tuple
+  # of 4 add 0.5 ms each, the 31 of a tuple of 32 add 4.5 ms in all.
+  extra = {1: 0.0, 4: 1.5e-3, 32: 4.5e-3}
+  t = lambda b, m: 1e-3 + m * b * 1e-9 + extra[m]
   timed = [{'op': 'all-reduce', 'level': 'across hosts', 'group_size': 4,
             'message_bytes': b, 'operands': m, 'hlo_operands': m, 'time_s': t(b, m)}
-           for b, m in ((4096, 1), (1 << 20, 1), (4096, 4))]
+           for b, m in ((4096, 1), (1 << 20, 1), (4096, 32), (4096, 4))]
   # An all-to-all whose HLO holds its one array as 4 chunks.
   timed += [{'op': 'all-to-all', 'level': 'across hosts', 'group_size': 4,
              'message_bytes': b, 'operands': 1, 'hlo_operands': 4,
              'time_s': 2e-3 + b * 3e-9} for b in (4096, 1 << 20)]
   fits = mcol.fit(timed)
   reduce, scatter = fits['all-reduce across hosts 4'], fits['all-to-all across hosts 4']
+  curve = [[3, pytest.approx(1.5e-3)], [31, pytest.approx(4.5e-3)]]
+  assert reduce.pop('extra_arrays_s') == curve
   assert reduce == pytest.approx({'latency_s': 1e-3, 'seconds_per_byte': 1e-9,
-                                  'per_operand_s': 5e-4, 'hlo_operands': 1})
+                                  'per_operand_s': 4.5e-3 / 31, 'hlo_operands': 1})
   # The all-to-all's arrays cost what the all-reduce's do on that group.
+  assert scatter.pop('extra_arrays_s') == curve
   assert scatter == pytest.approx({'latency_s': 2e-3, 'seconds_per_byte': 3e-9,
-                                   'per_operand_s': 5e-4, 'hlo_operands': 4})
+                                   'per_operand_s': 4.5e-3 / 31, 'hlo_operands': 4})
+
+
+def test_a_longer_tuple_timed_faster_than_a_shorter_one_costs_as_much():
+  # Timers' noise: the tuple of 32 measured below the tuple of 4.
+  times = {(4096, 1): 1e-3, (1 << 20, 1): 2e-3, (4096, 4): 3e-3, (4096, 32): 2.5e-3}
+  timed = [{'op': 'all-reduce', 'level': 'inside a host', 'group_size': 2,
+            'message_bytes': b, 'operands': m, 'hlo_operands': m, 'time_s': t}
+           for (b, m), t in times.items()]
+  fit = mcol.fit(timed)['all-reduce inside a host 2']
+  slope = 1e-3 / ((1 << 20) - 4096)
+  first = 2e-3 - 3 * 4096 * slope
+  assert fit['extra_arrays_s'] == [[3, pytest.approx(first)], [31, pytest.approx(first)]]
+
+
+def test_further_arrays_cost_along_the_probes_tuples():
+  timed = {'extra_arrays_s': [[3, 3e-3], [31, 10e-3]], 'per_operand_s': 10e-3 / 31}
+  # 1 ms an array up to 3, then 0.25 ms an array over the next 28, and on at that.
+  assert mesh_cost.further_arrays_s(timed, 0) == 0.0
+  assert mesh_cost.further_arrays_s(timed, 2) == pytest.approx(2e-3)
+  assert mesh_cost.further_arrays_s(timed, 17) == pytest.approx(3e-3 + 14 * 7e-3 / 28)
+  assert mesh_cost.further_arrays_s(timed, 59) == pytest.approx(10e-3 + 28 * 7e-3 / 28)
+  # A probe without the tuples' points: per_operand_s each.
+  assert mesh_cost.further_arrays_s({'per_operand_s': 5e-4}, 4) == pytest.approx(2e-3)
 
 
 def test_a_timed_collective_replaces_the_ring_where_the_probe_had_its_group():
