@@ -220,12 +220,12 @@ def probe_check(records) -> list[Table]:
 
 
 def mesh_check(records) -> list[Table]:
-  """Per (layout, model, batch): the summary, with the fastest of the three
-  configurations the plan answers (what plan.time_steps would settle on),
-  and, where the run has them, its (layout, model)'s floor of the
-  costing's form and how far the probe after the cells moved its timed
-  compute (every cell's figures are in the data). One table: the tables
-  of a file's runs merge by position."""
+  """Per (layout, model), its batches side by side ("a / b"): the summary,
+  with the fastest of the three configurations the plan answers (what
+  plan.time_steps would settle on), and, where the run has them, the
+  floor of the costing's form and how far the probe after the cells moved
+  its timed compute (every cell's figures are in the data). One table: the
+  tables of a file's runs merge by position."""
   header = ['layout', 'model', 'batch', 'candidates', 'MAPE', 'worst', 'chosen',
             'measured fastest', 'chosen over fastest', 'Spearman', 'memory equal',
             'step spread', 'measured moved', 'predicted moved',
@@ -235,7 +235,7 @@ def mesh_check(records) -> list[Table]:
   floors = {(r['layout'], r['model']): r for r in records if r['kind'] == 'floor'}
   moved = {(r['layout'], r['model']): r.get('compute_moved') for r in records
            if r['kind'] == 'probe' and r.get('when') == 'after the cells'}
-  rows = []
+  by_pair = {}
   for r in (r for r in records if r['kind'] == 'group'):
     members = [c for c in records if c['kind'] == 'candidate' and
                (c['layout'], c['model'], c['global_batch']) ==
@@ -245,19 +245,23 @@ def mesh_check(records) -> list[Table]:
     by_prediction = sorted(members, key=lambda c: c['predicted_step_s'])
     fastest = min(members, key=lambda c: c['measured_step_s'])
     timed = min(by_prediction[:3], key=lambda c: c['measured_step_s'])
-    floor = floors.get((r['layout'], r['model']), {})
-    rows.append([r['layout'], r['model'], _f(r['global_batch'], 'd'), _f(r['candidates'], 'd'),
-                 _percent(r['mape']), _percent(r['worst_error']), r['chosen'],
-                 r['measured_fastest'], _percent(r['chosen_over_fastest']),
-                 _f(r['spearman'], '.2f'), _f(r['memory_equal']),
-                 _percent(r.get('step_spread')), _percent(r.get('repeat_measured_difference')),
-                 _percent(r.get('repeat_predicted_difference')),
-                 _f(by_prediction.index(fastest) + 1, 'd'),
-                 f"{timed['configuration']}, "
-                 f"{_percent(timed['measured_step_s'] / fastest['measured_step_s'] - 1)}",
-                 _percent(r.get('mape_probe_after')), _percent(r.get('probe_after_moved')),
-                 _percent(floor.get('mape')), _percent(floor.get('worst_error')),
-                 _percent(moved.get((r['layout'], r['model'])))])
+    by_pair.setdefault((r['layout'], r['model']), []).append([
+        _f(r['global_batch'], 'd'), _f(r['candidates'], 'd'),
+        _percent(r['mape']), _percent(r['worst_error']), r['chosen'],
+        r['measured_fastest'], _percent(r['chosen_over_fastest']),
+        _f(r['spearman'], '.2f'), _f(r['memory_equal']),
+        _percent(r.get('step_spread')), _percent(r.get('repeat_measured_difference')),
+        _percent(r.get('repeat_predicted_difference')),
+        _f(by_prediction.index(fastest) + 1, 'd'),
+        f"{timed['configuration']}, "
+        f"{_percent(timed['measured_step_s'] / fastest['measured_step_s'] - 1)}",
+        _percent(r.get('mape_probe_after')), _percent(r.get('probe_after_moved'))])
+  rows = []
+  for (layout, model), batches in by_pair.items():
+    floor = floors.get((layout, model), {})
+    rows.append([layout, model] + [' / '.join(column) for column in zip(*batches)] + [
+        _percent(floor.get('mape')), _percent(floor.get('worst_error')),
+        _percent(moved.get((layout, model)))])
   return [(header, rows)]
 
 
