@@ -42,11 +42,11 @@ SMALL_BYTES = 4096
 LARGE_BYTES = 1 << 20
 # A step's collectives hold from a few arrays (a layer's) to tens (the
 # gradients combined), and what an array adds need not be the same in both:
-# on a machine whose collectives wait a scheduler tick now and then, each
-# array of a short tuple may wait one while a long tuple's share waits.
-# Each is timed, and a step's tuple is costed between them; the long one
-# also averages out a tick more or less (in a tuple of 4 it moves the cost
-# per array by a third of a tick).
+# where collectives wait a scheduler tick at times, each array of a short
+# tuple may wait one where a long tuple's arrays share fewer. Both are
+# timed, and a step's tuple is costed along them; the long one also
+# averages out a tick more or less (in a tuple of 4 alone it moves the
+# cost per array by a third of a tick).
 TUPLE_OPERANDS = (4, 32)
 _AXES = ('outer', 'group', 'inner')
 

@@ -21,8 +21,8 @@ from trainer import checkpointing
 _TIMEOUT_S = 4  # data.stall_timeout_s of these runs
 # What the exit may take beyond the limit on a loaded machine: the wait's
 # slice, the line, the exit (and, for peers, the watcher's polls). Two
-# processes on 2 cores beside other jobs took 11 s beyond it; a hang takes the wait's
-# whole timeout (120 s or more).
+# processes on 2 cores beside other jobs took 11 s beyond it; a hang takes
+# the wait's whole timeout (120 s or more).
 _SLACK_S = 20
 # runtime.stop_held_limit_s of the run stopped while every process waits.
 _HELD_S = 4
