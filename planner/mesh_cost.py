@@ -105,11 +105,10 @@ def further_arrays_s(timed: dict, arrays: int) -> float:
   curve = [(0, 0.0)] + [tuple(p) for p in timed.get('extra_arrays_s') or []]
   if len(curve) == 1:
     return arrays * timed['per_operand_s']
-  for (a0, s0), (a1, s1) in zip(curve, curve[1:]):
-    if arrays <= a1:
-      return s0 + (s1 - s0) * (arrays - a0) / (a1 - a0)
-  (a0, s0), (a1, s1) = curve[-2], curve[-1]
-  return s1 + (arrays - a1) * (s1 - s0) / (a1 - a0)
+  # The segment that holds `arrays`, or the last one, extended.
+  (a0, s0), (a1, s1) = next(
+      (pair for pair in zip(curve, curve[1:]) if arrays <= pair[1][0]), curve[-2:])
+  return s0 + (s1 - s0) * (arrays - a0) / (a1 - a0)
 
 
 def device_groups_all(num_devices: int) -> list[list[int]]:
